@@ -1,0 +1,1 @@
+"""What runs on GPU nodes and in serving pods: the topology labeler, the launcher, the simulated engine."""
