@@ -1,0 +1,135 @@
+"""Generate the InferenceDeployment CRD from the pydantic models.
+
+pydantic emits JSON Schema with `$ref`s, `anyOf: [X, null]` for optionals and `title`s; a
+structural CRD schema allows none of those, so we inline references, unwrap optionals and drop
+titles. Everything else (descriptions, defaults, enums, bounds, CEL rules) passes through.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from shardwise.api import v1alpha1 as api
+
+_DROP = {"title"}
+
+
+def _openapi(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_openapi(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].split("/")[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _openapi(merged, defs)
+    if "anyOf" in node:
+        variants = [v for v in node["anyOf"] if v.get("type") != "null"]
+        if len(variants) == 1:
+            rest = {k: v for k, v in node.items() if k != "anyOf"}
+            if rest.get("default", ...) is None:
+                rest.pop("default")
+            return _openapi({**variants[0], **rest}, defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP or key == "$defs":
+            continue
+        if key == "properties":
+            out[key] = {name: _openapi(prop, defs) for name, prop in value.items()}
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+            # JSON Schema 2020 puts the bound here; OpenAPI v3 wants the bound plus a flag.
+            out[key.replace("exclusiveM", "m")] = value
+            out[key] = True
+        elif key == "additionalProperties" and value is True:
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        else:
+            out[key] = _openapi(value, defs)
+    if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    return out
+
+
+def schema_of(model: type[api.BaseModel]) -> dict[str, Any]:
+    raw = model.model_json_schema(mode="serialization", by_alias=True)
+    return _openapi(raw, raw.get("$defs", {}))
+
+
+def _printer_columns() -> list[dict[str, Any]]:
+    def col(name: str, type_: str, path: str, priority: int = 0, **extra: Any) -> dict[str, Any]:
+        c = {"name": name, "type": type_, "jsonPath": path, **extra}
+        if priority:
+            c["priority"] = priority
+        return c
+
+    return [
+        col("Model", "string", ".spec.model.name"),
+        col("TP", "integer", ".status.plan.tensorParallel"),
+        col("PP", "integer", ".status.plan.pipelineParallel"),
+        col("GPU", "string", ".status.plan.gpuProduct", priority=1),
+        col("Ready", "integer", ".status.readyReplicas"),
+        col("Replicas", "integer", ".status.replicas"),
+        col("TTFT-P95-ms", "number", ".status.latency.ttftP95Ms"),
+        col("USD/h", "number", ".status.cost.hourlyUSD"),
+        col("Phase", "string", ".status.phase"),
+        col("Age", "date", ".metadata.creationTimestamp"),
+    ]
+
+
+def build_crd() -> dict[str, Any]:
+    spec_schema = schema_of(api.InferenceDeploymentSpec)
+    status_schema = schema_of(api.InferenceDeploymentStatus)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{api.PLURAL}.{api.GROUP}"},
+        "spec": {
+            "group": api.GROUP,
+            "names": {
+                "kind": api.KIND,
+                "listKind": f"{api.KIND}List",
+                "plural": api.PLURAL,
+                "singular": api.SINGULAR,
+                "shortNames": api.SHORT_NAMES,
+                "categories": api.CATEGORIES,
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": api.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "An LLM served by vLLM on GPUs, with tensor/pipeline parallelism "
+                            "planned by shardwise from the cluster's GPU topology.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": _printer_columns(),
+                }
+            ],
+        },
+    }
+
+
+def render_crd_yaml() -> str:
+    header = "# Generated by `shardwise crds` from operator/shardwise/api/v1alpha1.py. Do not edit.\n"
+    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120)

@@ -1,0 +1,275 @@
+"""The InferenceDeployment API, v1alpha1: the single source of truth for the CRD schema.
+
+Every field carries a description (it becomes `kubectl explain` text), a default where one makes
+sense, and bounds. Cross-field rules are CEL (`x-kubernetes-validations`) so the API server
+rejects bad specs with a sentence a person understands, before shardwise ever sees them.
+`shardwise.api.crd` turns these models into the CRD YAML in crds/.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+GROUP = "shardwise.io"
+VERSION = "v1alpha1"
+KIND = "InferenceDeployment"
+PLURAL = "inferencedeployments"
+SINGULAR = "inferencedeployment"
+SHORT_NAMES = ["infd"]
+CATEGORIES = ["shardwise"]
+
+DEFAULT_IMAGE = "vllm/vllm-openai:v0.32.0"
+DURATION_PATTERN = r"^[0-9]+(\.[0-9]+)?(ms|s|m)$"
+USD_PATTERN = r"^[0-9]+(\.[0-9]{1,4})?$"
+
+
+def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
+    """CEL rules with the message the API server returns when one fails."""
+    return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
+
+
+# An empty object as the schema default makes the API server apply the nested defaults too.
+_EMPTY: dict[str, Any] = {"json_schema_extra": {"default": {}}}
+
+
+class _Model(BaseModel):
+    # Unknown fields are dropped by the API server's structural pruning before we see an
+    # object, so ignoring them here only matters for offline files (`shardwise plan -f`).
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+
+class DType(str, Enum):
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    fp8 = "fp8"
+
+
+class Quantization(str, Enum):
+    awq = "awq"
+    gptq = "gptq"
+
+
+class Objective(str, Enum):
+    Latency = "Latency"
+    Throughput = "Throughput"
+    Cost = "Cost"
+
+
+class Architecture(_Model):
+    """Shape of a model the built-in catalog does not know, or overrides for one it does."""
+
+    parameters: int | None = Field(None, ge=1, description="Total parameter count, e.g. 70553706496.")
+    activeParameters: int | None = Field(
+        None, ge=1, description="Parameters active per token (mixture-of-experts); defaults to parameters."
+    )
+    layers: int | None = Field(None, ge=1, le=1024, description="Number of transformer layers (num_hidden_layers).")
+    hiddenSize: int | None = Field(None, ge=1, description="Hidden size (hidden_size).")
+    attentionHeads: int | None = Field(None, ge=1, le=1024, description="Attention heads (num_attention_heads).")
+    kvHeads: int | None = Field(None, ge=1, le=1024, description="Key/value heads (num_key_value_heads).")
+    headDim: int | None = Field(None, ge=1, le=4096, description="Dimension of one attention head (head_dim).")
+
+
+class SecretKeyRef(_Model):
+    name: str = Field(..., min_length=1, max_length=253, description="Name of a Secret in the same namespace.")
+    key: str = Field("token", min_length=1, description="Key inside the Secret.")
+
+
+class ModelSpec(_Model):
+    name: str = Field(
+        ...,
+        min_length=1,
+        max_length=512,
+        description="What vLLM loads: a Hugging Face repository id (e.g. meta-llama/Llama-3.1-70B-Instruct) "
+        "or a path inside the container.",
+    )
+    servedName: str | None = Field(
+        None,
+        max_length=253,
+        description="The `model` name clients send to the OpenAI-compatible API; defaults to the resource name.",
+    )
+    dtype: DType = Field(DType.bfloat16, description="Weight precision: bfloat16, float16 or fp8.")
+    quantization: Quantization | None = Field(None, description="Pre-quantized int4 weights: awq or gptq.")
+    architecture: Architecture | None = Field(
+        None, description="Model shape for models the built-in catalog does not know (or overrides)."
+    )
+    hfTokenSecretRef: SecretKeyRef | None = Field(
+        None, description="Secret holding a Hugging Face token for gated models (exposed as HF_TOKEN)."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!has(self.quantization) || self.dtype != 'fp8'",
+                "model.quantization (awq/gptq int4) cannot be combined with dtype fp8; use one or the other",
+            ),
+        )
+    )
+
+
+class ServingSpec(_Model):
+    maxModelLen: int = Field(
+        8192, ge=1, le=10_485_760, description="Longest context (prompt + output tokens) one request may use."
+    )
+    maxConcurrency: int = Field(
+        16, ge=1, le=4096, description="Requests served at once per replica (vLLM --max-num-seqs); sizes the KV cache."
+    )
+    gpuMemoryUtilization: float = Field(
+        0.9, gt=0.0, le=0.99, description="Fraction of each GPU's memory vLLM may use (--gpu-memory-utilization)."
+    )
+    image: str = Field(DEFAULT_IMAGE, min_length=1, description="Container image running `vllm serve`.")
+    extraArgs: list[Annotated[str, StringConstraints(min_length=1, max_length=1024)]] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Extra `vllm serve` arguments, one list item per token (no shell). Flags shardwise sets "
+        "from the plan may not be repeated here.",
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!has(self.extraArgs) || self.extraArgs.all(a, !(a.split('=')[0] in "
+                "['--tensor-parallel-size', '-tp', '--pipeline-parallel-size', '-pp', '--max-model-len', "
+                "'--gpu-memory-utilization', '--served-model-name', '--port', '--max-num-seqs']))",
+                "serving.extraArgs may not set flags that shardwise derives from the spec (tensor/pipeline "
+                "parallel size, max model len, GPU memory utilization, served model name, port, max num seqs); "
+                "use the matching spec fields instead",
+            ),
+        )
+    )
+
+
+class ParallelismSpec(_Model):
+    objective: Objective = Field(
+        Objective.Latency,
+        description="What the planner optimises: Latency (lowest inter-token latency), Throughput "
+        "(most tokens/s per GPU) or Cost (fewest GPUs).",
+    )
+    tensor: int | None = Field(None, ge=1, le=512, description="Tensor-parallel degree set by hand (with pipeline).")
+    pipeline: int | None = Field(None, ge=1, le=512, description="Pipeline-parallel degree set by hand (with tensor).")
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "has(self.tensor) == has(self.pipeline)",
+                "parallelism.tensor and parallelism.pipeline must be set together (or both left to the planner)",
+            ),
+        )
+    )
+
+
+class Toleration(_Model):
+    key: str | None = Field(None, description="Taint key the toleration applies to; empty matches all keys.")
+    operator: str | None = Field(None, pattern=r"^(Exists|Equal)$", description="Exists or Equal (default Equal).")
+    value: str | None = Field(None, description="Taint value to match when operator is Equal.")
+    effect: str | None = Field(
+        None, pattern=r"^(NoSchedule|PreferNoSchedule|NoExecute)?$", description="Taint effect to match; empty matches all."
+    )
+    tolerationSeconds: int | None = Field(None, description="How long a NoExecute taint is tolerated.")
+
+
+class PlacementSpec(_Model):
+    gpuProducts: list[str] = Field(
+        default_factory=list,
+        description="Allowed GPU products as GPU Feature Discovery reports them (nvidia.com/gpu.product), "
+        "e.g. NVIDIA-H100-80GB-HBM3. Empty allows any.",
+    )
+    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Node labels the serving pods require.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations for the serving pods.")
+
+
+class SLOSpec(_Model):
+    ttftP95: str | None = Field(None, pattern=DURATION_PATTERN, description="Time-to-first-token p95 target, e.g. 500ms.")
+    itlP95: str | None = Field(None, pattern=DURATION_PATTERN, description="Inter-token latency p95 target, e.g. 50ms.")
+    e2eP95: str | None = Field(None, pattern=DURATION_PATTERN, description="End-to-end request p95 target, e.g. 20s.")
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "has(self.ttftP95) || has(self.itlP95) || has(self.e2eP95)",
+                "autoscaling.slo needs at least one target: ttftP95, itlP95 or e2eP95",
+            ),
+        )
+    )
+
+
+class AutoscalingSpec(_Model):
+    minReplicas: int = Field(1, ge=0, le=1000, description="Fewest replicas; 0 needs allowScaleToZero.")
+    maxReplicas: int = Field(..., ge=1, le=1000, description="Most replicas shardwise may run.")
+    slo: SLOSpec = Field(..., description="Latency targets shardwise keeps the observed p95s under.")
+    allowScaleToZero: bool = Field(
+        False, description="Allow minReplicas 0; the first request after idling waits for a cold start (minutes)."
+    )
+    tolerance: float = Field(0.1, ge=0.0, le=0.9, description="No scaling while every SLO ratio is within 1 +/- tolerance.")
+    evaluationPeriodSeconds: int = Field(30, ge=1, le=3600, description="How often a scaling decision is made.")
+    scaleUpStabilizationSeconds: int = Field(0, ge=0, le=3600, description="Window over which scale-up takes the lowest recommendation.")
+    scaleDownStabilizationSeconds: int = Field(
+        300, ge=0, le=86400, description="Sustained headroom needed before scaling down."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            ("self.minReplicas <= self.maxReplicas", "autoscaling.minReplicas must not exceed autoscaling.maxReplicas"),
+            (
+                "self.minReplicas > 0 || self.allowScaleToZero",
+                "autoscaling.minReplicas 0 needs autoscaling.allowScaleToZero: true (the first request will wait "
+                "for a cold start)",
+            ),
+        )
+    )
+
+
+class PricingSpec(_Model):
+    gpuHourUSD: str | None = Field(
+        None, pattern=USD_PATTERN, description="Price of one GPU-hour in US dollars, e.g. \"2.49\"; else the cluster table."
+    )
+
+
+class InferenceDeploymentSpec(_Model):
+    model: ModelSpec = Field(..., description="The model to serve.")
+    serving: ServingSpec = Field(default_factory=ServingSpec, description="vLLM serving settings.", **_EMPTY)
+    parallelism: ParallelismSpec = Field(
+        default_factory=ParallelismSpec, description="How the planner chooses tensor/pipeline parallelism.", **_EMPTY
+    )
+    placement: PlacementSpec = Field(default_factory=PlacementSpec, description="Where serving pods may run.", **_EMPTY)
+    replicas: int = Field(1, ge=0, le=1000, description="Serving replicas when autoscaling is off.")
+    autoscaling: AutoscalingSpec | None = Field(
+        None, description="Scale replicas to keep latency under SLOs; spec.replicas is then ignored."
+    )
+    pricing: PricingSpec = Field(default_factory=PricingSpec, description="GPU price used for cost figures.", **_EMPTY)
+
+
+class Condition(_Model):
+    """Shaped like metav1.Condition."""
+
+    type: str
+    status: str = Field(..., pattern=r"^(True|False|Unknown)$")
+    reason: str
+    message: str = ""
+    lastTransitionTime: str
+    observedGeneration: int | None = None
+
+
+class InferenceDeploymentStatus(_Model):
+    observedGeneration: int | None = Field(None, description="The spec generation this status describes.")
+    phase: str | None = Field(None, description="Pending, Progressing, Ready, Degraded or Failed.")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, Progressing, Degraded, Planned, SLOMet.")
+    replicas: int | None = Field(None, description="Serving replicas that exist.")
+    readyReplicas: int | None = Field(None, description="Serving replicas that are ready.")
+    desiredReplicas: int | None = Field(None, description="Replicas shardwise wants (autoscaling decisions land here).")
+    selector: str | None = Field(None, description="Label selector of the serving pods (scale subresource).")
+    endpoint: str | None = Field(None, description="OpenAI-compatible base URL inside the cluster.")
+    plan: dict[str, Any] | None = Field(None, description="The parallelism plan in use, with predictions and reasons.")
+    latency: dict[str, Any] | None = Field(None, description="Observed latency and throughput over the window.")
+    cost: dict[str, Any] | None = Field(None, description="Cost at the observed throughput.")
+    autoscaling: dict[str, Any] | None = Field(None, description="The last scaling decision and its reason.")
+
+
+class InferenceDeployment(_Model):
+    apiVersion: str = f"{GROUP}/{VERSION}"
+    kind: str = KIND
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: InferenceDeploymentSpec
+    status: InferenceDeploymentStatus | None = None

@@ -1,0 +1,157 @@
+"""Build the serving workload and its Service for one InferenceDeployment.
+
+A replica that fits on one node is a pod of a Deployment; `render` returns the objects in the
+order they should be applied. Probes are sized for model loads that take many minutes: the
+startup probe allows 30 minutes before liveness takes over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shardwise.api.v1alpha1 import GROUP, KIND, VERSION, InferenceDeploymentSpec
+from shardwise.render import labels
+from shardwise.render.vllm_args import VLLM_PORT, build_serve_args
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+SHM_SIZE = "16Gi"  # NCCL needs far more than the container default of 64 MiB for multi-GPU.
+
+
+@dataclass(frozen=True)
+class Owner:
+    """What the children need to know about the InferenceDeployment that owns them."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def _metadata(owner: Owner, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": labels.common_labels(owner.name),
+        "ownerReferences": [owner.reference()],
+    }
+
+
+def _probe(period: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": period,
+            "timeoutSeconds": 5, "failureThreshold": failures}
+
+
+def _affinity(plan: dict[str, Any]) -> dict[str, Any] | None:
+    product = plan.get("gpuProduct")
+    if not product:
+        return None
+    term = {"matchExpressions": [{"key": GPU_PRODUCT_LABEL, "operator": "In", "values": [product]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def _env(spec: InferenceDeploymentSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    ref = spec.model.hfTokenSecretRef
+    if ref is not None:
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    return env
+
+
+def _annotations(spec: InferenceDeploymentSpec, plan: dict[str, Any]) -> dict[str, str]:
+    predicted = plan.get("predicted") or {}
+    out = {labels.MAX_CONCURRENCY_ANNOTATION: str(spec.serving.maxConcurrency)}
+    if predicted.get("ttftMs") is not None:
+        out[labels.PREDICTED_TTFT_ANNOTATION] = str(predicted["ttftMs"])
+    if predicted.get("itlMs") is not None:
+        out[labels.PREDICTED_ITL_ANNOTATION] = str(predicted["itlMs"])
+    return out
+
+
+def build_pod_spec(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],
+                   *, command: list[str], args: list[str]) -> dict[str, Any]:
+    gpus = str(plan["gpusPerNode"])
+    pod: dict[str, Any] = {
+        "containers": [{
+            "name": "vllm",
+            "image": spec.serving.image,
+            "command": command,
+            "args": args,
+            "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
+            "env": _env(spec),
+            "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+            "startupProbe": _probe(period=10, failures=180),
+            "readinessProbe": _probe(period=5, failures=3),
+            "livenessProbe": _probe(period=10, failures=6),
+        }],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}],
+        "terminationGracePeriodSeconds": 60,
+    }
+    affinity = _affinity(plan)
+    if affinity:
+        pod["affinity"] = affinity
+    if spec.placement.nodeSelector:
+        pod["nodeSelector"] = dict(spec.placement.nodeSelector)
+    if spec.placement.tolerations:
+        pod["tolerations"] = [t.model_dump(exclude_none=True) for t in spec.placement.tolerations]
+    return pod
+
+
+def build_deployment(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],
+                     replicas: int) -> dict[str, Any]:
+    selector = labels.selector_labels(owner.name)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(owner, owner.name),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector},
+            # Surge one replica and never drop below the ready count: a rollout needs one
+            # replica's worth of free GPUs, and serving never stops during it.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": labels.common_labels(owner.name), "annotations": _annotations(spec, plan)},
+                "spec": build_pod_spec(owner, spec, plan, command=["vllm", "serve"],
+                                       args=build_serve_args(spec, plan, owner.name)),
+            },
+        },
+    }
+
+
+def build_service(owner: Owner, selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(owner, owner.name),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "http", "port": VLLM_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any], replicas: int) -> list[dict[str, Any]]:
+    """Every child the InferenceDeployment should have, in apply order."""
+    return [
+        build_deployment(owner, spec, plan, replicas),
+        build_service(owner, labels.selector_labels(owner.name)),
+    ]
+
+
+def endpoint(owner: Owner) -> str:
+    return f"http://{owner.name}.{owner.namespace}.svc:{VLLM_PORT}/v1"

@@ -1,0 +1,31 @@
+"""Labels and annotations shardwise puts on what it creates."""
+
+from __future__ import annotations
+
+INSTANCE_LABEL = "shardwise.io/inference-deployment"
+FIELD_MANAGER = "shardwise"
+
+# Predictions the simulated engine reads in GPU-less clusters; harmless on real ones.
+PREDICTED_TTFT_ANNOTATION = "shardwise.io/predicted-ttft-ms"
+PREDICTED_ITL_ANNOTATION = "shardwise.io/predicted-itl-ms"
+MAX_CONCURRENCY_ANNOTATION = "shardwise.io/max-concurrency"
+REPLAN_ANNOTATION = "shardwise.io/replan"
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    """The labels that identify one InferenceDeployment's serving pods (stable for its lifetime)."""
+    return {INSTANCE_LABEL: name}
+
+
+def common_labels(name: str) -> dict[str, str]:
+    return {
+        **selector_labels(name),
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": "inference-server",
+        "app.kubernetes.io/managed-by": "shardwise",
+    }
+
+
+def selector_string(name: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
