@@ -1,0 +1,88 @@
+"""Scrape the serving pods' vLLM `/metrics` concurrently: the only I/O in observe/.
+
+One slow, dead or misbehaving pod must not hold up or break the others, so every target gets
+its own timeout and every failure is returned as data (the shell turns it into a condition or
+an event); `scrape` itself never raises for a pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+
+import aiohttp
+
+from shardwise.observe import parse
+
+VLLM_PORT = 8000
+
+
+@dataclasses.dataclass(frozen=True)
+class ScrapeError:
+    """Why one pod gave no sample. kind: timeout, connect, http, parse, or error (unexpected)."""
+
+    kind: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ScrapeResult:
+    samples: Mapping[str, parse.Sample]
+    errors: Mapping[str, ScrapeError]
+
+
+def metrics_url(address: str) -> str:
+    """`http://<address>/metrics`, adding vLLM's port 8000 when the address has none."""
+    if address.startswith("["):  # [v6]:port or [v6]
+        host_port = address if "]:" in address else f"{address}:{VLLM_PORT}"
+    elif address.count(":") > 1:  # bare IPv6
+        host_port = f"[{address}]:{VLLM_PORT}"
+    elif ":" in address:
+        host_port = address
+    else:
+        host_port = f"{address}:{VLLM_PORT}"
+    return f"http://{host_port}/metrics"
+
+
+async def _scrape_one(
+    address: str, timeout_s: float, session: aiohttp.ClientSession
+) -> parse.Sample | ScrapeError:
+    url = metrics_url(address)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.get(url) as response:
+                if response.status != 200:
+                    return ScrapeError("http", f"GET {url}: HTTP {response.status}")
+                text = await response.text(errors="replace")
+    except TimeoutError:
+        return ScrapeError("timeout", f"GET {url}: no answer within {timeout_s:g}s")
+    except aiohttp.ClientError as error:
+        return ScrapeError("connect", f"GET {url}: {error}")
+    try:
+        return parse.parse(text)
+    except parse.MetricsError as error:
+        return ScrapeError("parse", f"GET {url}: {error}")
+
+
+async def scrape(
+    targets: Mapping[str, str], *, timeout_s: float, session: aiohttp.ClientSession
+) -> ScrapeResult:
+    """Scrape every target (pod name -> pod IP, or IP:port) at once; a sample or an error each."""
+    pods = list(targets)
+    results = await asyncio.gather(
+        *(_scrape_one(targets[pod], timeout_s, session) for pod in pods), return_exceptions=True
+    )
+    samples: dict[str, parse.Sample] = {}
+    errors: dict[str, ScrapeError] = {}
+    for pod, result in zip(pods, results):
+        if isinstance(result, parse.Sample):
+            samples[pod] = result
+        elif isinstance(result, ScrapeError):
+            errors[pod] = result
+        elif isinstance(result, Exception):
+            # Not anticipated above, but still one pod's problem, not the whole cycle's.
+            errors[pod] = ScrapeError("error", f"{type(result).__name__}: {result}")
+        else:
+            raise result  # CancelledError and friends: the cycle itself is being stopped
+    return ScrapeResult(samples, errors)

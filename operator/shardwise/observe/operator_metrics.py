@@ -1,0 +1,129 @@
+"""The operator's own Prometheus metrics: reconcile health and each deployment's live figures.
+
+Everything lives in a dedicated CollectorRegistry so the operator's `/metrics` carries only
+shardwise series (no accidental global-registry extras, and tests can read it in isolation).
+Per-deployment figures are served by a custom collector from the last published status rather
+than by labelled Gauges: a figure that leaves the status, or a deployment that is deleted,
+then simply stops being exported, with no stale series left behind. Values are in base units
+(seconds, ratios), as Prometheus naming conventions ask, while the status speaks milliseconds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import prometheus_client
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+REGISTRY = prometheus_client.CollectorRegistry()
+
+RECONCILE_DURATION = prometheus_client.Histogram(
+    "shardwise_reconcile_duration_seconds",
+    "Time spent in one reconcile handler call.",
+    ["handler"],
+    registry=REGISTRY,
+)
+RECONCILE_ERRORS = prometheus_client.Counter(
+    "shardwise_reconcile_errors",
+    "Reconcile handler calls that raised.",
+    ["handler"],
+    registry=REGISTRY,
+)
+
+_MS = 1e-3  # the status speaks milliseconds, Prometheus seconds
+_Q50, _Q95, _Q99 = (("quantile", "0.5"),), (("quantile", "0.95"),), (("quantile", "0.99"),)
+_TTFT, _ITL = "Time to first token.", "Inter-token latency."
+_TOKENS = "Tokens per second."
+
+# (status path, metric, help, extra labels, factor to the metric's unit)
+_SERIES: tuple[tuple[str, str, str, tuple[tuple[str, str], ...], float], ...] = (
+    ("latency.ttftP50Ms", "ttft_seconds", _TTFT, _Q50, _MS),
+    ("latency.ttftP95Ms", "ttft_seconds", _TTFT, _Q95, _MS),
+    ("latency.ttftP99Ms", "ttft_seconds", _TTFT, _Q99, _MS),
+    ("latency.itlP50Ms", "itl_seconds", _ITL, _Q50, _MS),
+    ("latency.itlP95Ms", "itl_seconds", _ITL, _Q95, _MS),
+    ("latency.e2eP95Ms", "e2e_seconds", "End-to-end request latency.", _Q95, _MS),
+    ("latency.queueP95Ms", "queue_seconds", "Time queued in vLLM.", _Q95, _MS),
+    ("latency.requestsPerSecond", "requests_per_second", "Finished requests per second.", (), 1),
+    ("latency.promptTokensPerSecond", "tokens_per_second", _TOKENS, (("kind", "prompt"),), 1),
+    ("latency.outputTokensPerSecond", "tokens_per_second", _TOKENS, (("kind", "output"),), 1),
+    ("latency.running", "running_requests", "Requests being processed.", (), 1),
+    ("latency.waiting", "waiting_requests", "Requests waiting for the scheduler.", (), 1),
+    ("latency.kvCacheUsage", "kv_cache_usage_ratio", "Mean KV-cache usage across pods.", (), 1),
+    ("cost.hourlyUSD", "cost_usd_per_hour", "GPU cost per hour.", (), 1),
+    ("cost.perMillionOutputTokensUSD", "cost_usd_per_million_output_tokens",
+     "GPU cost per million output tokens at the observed throughput.", (), 1),
+    ("replicas", "replicas_desired", "Replicas the deployment asks for.", (), 1),
+    ("readyReplicas", "replicas_ready", "Replicas ready to serve.", (), 1),
+    ("plan.tensorParallel", "tensor_parallel", "Planned tensor-parallel degree.", (), 1),
+    ("plan.pipelineParallel", "pipeline_parallel", "Planned pipeline-parallel degree.", (), 1),
+)
+_PREFIX = "shardwise_deployment_"
+
+
+def _lookup(status: Mapping[str, Any], path: str) -> float | None:
+    node: Any = status
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        return None
+    return float(node)
+
+
+class _DeploymentCollector(Collector):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # (namespace, name) -> {series index in _SERIES: value}
+        self._values: dict[tuple[str, str], dict[int, float]] = {}
+
+    def publish(self, key: tuple[str, str], status: Mapping[str, Any]) -> None:
+        values = {}
+        for i, (path, _, _, _, factor) in enumerate(_SERIES):
+            value = _lookup(status, path)
+            if value is not None:
+                values[i] = value * factor
+        with self._lock:
+            self._values[key] = values
+
+    def forget(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._values.pop(key, None)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self._lock:
+            snapshot = sorted(self._values.items())
+        families: dict[str, GaugeMetricFamily] = {}
+        for i, (_, metric, help_text, extra, _) in enumerate(_SERIES):
+            if metric not in families:
+                labels = ["namespace", "name", *(k for k, _ in extra)]
+                families[metric] = GaugeMetricFamily(_PREFIX + metric, help_text, labels=labels)
+            for (namespace, name), values in snapshot:
+                if i in values:
+                    families[metric].add_metric(
+                        [namespace, name, *(v for _, v in extra)], values[i]
+                    )
+        yield from families.values()
+
+
+_DEPLOYMENTS = _DeploymentCollector()
+REGISTRY.register(_DEPLOYMENTS)
+
+
+def publish_status(namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    """Export the figures of one InferenceDeployment's status; absent figures are not exported."""
+    _DEPLOYMENTS.publish((namespace, name), status)
+
+
+def forget(namespace: str, name: str) -> None:
+    """Stop exporting a deleted InferenceDeployment."""
+    _DEPLOYMENTS.forget((namespace, name))
+
+
+def start_server(port: int, addr: str = "0.0.0.0") -> None:
+    """Serve REGISTRY on http://addr:port/metrics from a background thread."""
+    prometheus_client.start_http_server(port, addr=addr, registry=REGISTRY)
