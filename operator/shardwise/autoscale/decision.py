@@ -1,0 +1,298 @@
+"""The scaling decision: from policy, observation and history to desired replicas and a reason.
+
+Pure: no I/O, no Kubernetes, no clock (`now` is an argument), so every case is a table row.
+
+Algorithm, one evaluation:
+1. Hold while replicas are starting: their capacity is not in the observation yet, and acting on
+   latency they are about to fix would overshoot.
+2. Recommend. Each SLO gives a ratio observed/target; the queue gives waiting-per-ready-replica
+   over its limit.
+   - Pressure: the worst latency ratio is above 1 + tolerance, or the queue ratio above 1
+     (latency percentiles lag a surge by a request lifetime; the queue does not). Recommend
+     ceil(current x ratio) for the larger of the two.
+   - Headroom: every latency ratio is below 1 - tolerance and the queue is within its limit.
+     Project utilisation u = max(worst latency ratio, KV-cache usage) and recommend
+     ceil(current x u / targetUtilization): the fewest replicas at which u stays at the target,
+     so the smaller count does not breach at once. Never below one replica on this path.
+   - No traffic: recommend minReplicas (zero only with allowScaleToZero).
+   - Otherwise (inside the tolerance band, or no latency samples yet): recommend current.
+3. Stabilize like the HPA's `behavior`: go up no further than the lowest recommendation of the
+   scale-up window, down no further than the highest of the scale-down window. A scale-down also
+   needs evaluations to have covered the whole down window (not so after a restart with lost
+   history): sustained headroom must have been seen, not assumed.
+4. Limit the step (maxScaleUpStep, maxScaleDownStep), clamp to [minReplicas, maxReplicas], then
+   to the replicas the existing GPUs can hold. Clamps are facts, not choices: they ignore steps.
+
+Worked example: minReplicas 1, maxReplicas 8, SLO TTFT p95 500 ms and ITL p95 50 ms, tolerance 0.1,
+windows up 0 s / down 300 s, steps +4 / -1, targetUtilization 0.7, evaluation every 30 s.
+- t=0: 2 ready, TTFT 700 ms (ratio 1.40), ITL 40 ms (0.80). 1.40 > 1.10: recommend ceil(2 x 1.40)
+  = 3. Event: "TTFT p95 700 ms > SLO 500 ms for 1 period: replicas 2 -> 3".
+- t=30, t=60: one replica starting: hold at 3.
+- t=90: 3 ready, TTFT 430 ms (0.86), ITL 35 ms (0.70), KV cache 0.55. All ratios < 0.90, but
+  ceil(3 x 0.86 / 0.7) = 4 >= 3: removing a replica would breach, so hold.
+- Load falls: TTFT 150 ms (0.30), ITL 20 ms (0.40), KV cache 0.25: recommend ceil(3 x 0.40 / 0.7)
+  = 2. The 300 s down window still holds recommendations of 3, so the count stays at 3 until every
+  recommendation of the last 300 s is 2 or less; then 3 -> 2 (one step of at most 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+
+from shardwise.autoscale import history as history_mod
+from shardwise.autoscale import observation as observation_mod
+from shardwise.autoscale import policy as policy_mod
+from shardwise.autoscale import signals
+
+HEADROOM = "headroom"
+
+# Evaluations run on a timer that drifts and may miss a beat; more than this between two of them
+# means the autoscaler was not watching.
+_MAX_GAP_PERIODS = 2.5
+# A queue that empties before a replica added now could start serving is the tail of a surge
+# already absorbed. Startup is measured from history; this is the floor when none is on record.
+_DRAIN_PERIODS = 2.0
+
+
+class Direction(str, enum.Enum):
+    UP = "up"
+    DOWN = "down"
+    HOLD = "hold"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Desired replicas and why. `reason` is for status; `event_message()` for a Kubernetes Event.
+
+    `recommendation` is what the signals alone asked for, before windows, steps and clamps;
+    History keeps it for the stabilization windows of later decisions.
+    """
+
+    desired_replicas: int
+    current_replicas: int
+    recommendation: int
+    cause: str
+    notes: tuple[str, ...] = ()
+    capacity_limited: bool = False
+    pressure: str | None = None
+    history_window_s: float = 0.0
+    starting: bool = False
+    waiting: float = 0.0
+
+    @property
+    def direction(self) -> Direction:
+        if self.desired_replicas > self.current_replicas:
+            return Direction.UP
+        if self.desired_replicas < self.current_replicas:
+            return Direction.DOWN
+        return Direction.HOLD
+
+    @property
+    def reason(self) -> str:
+        """One line: the cause, then whatever bounded the result."""
+        return "; ".join((self.cause, *self.notes))
+
+    def event_message(self) -> str:
+        """e.g. "TTFT p95 812 ms > SLO 500 ms for 2 periods: replicas 2 -> 3"."""
+        if self.direction is Direction.HOLD:
+            change = f"replicas stay at {self.current_replicas}"
+        else:
+            change = f"replicas {self.current_replicas} -> {self.desired_replicas}"
+        suffix = f" ({'; '.join(self.notes)})" if self.notes else ""
+        return f"{self.cause}: {change}{suffix}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Proposal:
+    recommendation: int
+    cause: str
+    pressure: str | None = None
+
+
+def decide(
+    policy: policy_mod.Policy,
+    observation: observation_mod.Observation,
+    history: history_mod.History,
+    now: float,
+) -> Decision:
+    """Desired replicas for this evaluation; see the module docstring for the algorithm."""
+    current = observation.current_replicas
+    max_gap_s = _MAX_GAP_PERIODS * policy.evaluation_period_s
+    proposal = _propose(policy, observation, history, now, max_gap_s)
+    notes: list[str] = []
+
+    desired = _stabilize(policy, history, now, current, proposal.recommendation, max_gap_s, notes)
+    desired = _limit_step(policy, current, desired, notes)
+    desired = _clamp(policy, desired, notes)
+    capacity = observation.capacity_replicas
+    capacity_limited = capacity is not None and desired > capacity
+    if capacity is not None and capacity_limited:
+        notes.append(f"bounded by GPU capacity: wants {desired}, only {capacity} fit")
+        desired = capacity
+
+    return Decision(
+        desired_replicas=desired,
+        current_replicas=current,
+        recommendation=proposal.recommendation,
+        cause=proposal.cause,
+        notes=tuple(notes),
+        capacity_limited=capacity_limited,
+        pressure=proposal.pressure,
+        history_window_s=(max(policy.scale_up_stabilization_s, policy.scale_down_stabilization_s)
+                          + max_gap_s),
+        starting=observation.replicas_starting > 0 or desired > current,
+        waiting=observation.waiting,
+    )
+
+
+def _propose(
+    policy: policy_mod.Policy,
+    obs: observation_mod.Observation,
+    history: history_mod.History,
+    now: float,
+    max_gap_s: float,
+) -> _Proposal:
+    current = obs.current_replicas
+    latency = signals.latency_signals(policy.slo, obs)
+    queue = signals.queue_signal(policy, obs)
+    worst = max(latency, key=lambda s: s.ratio, default=None)
+
+    pressing = [s for s in latency if s.ratio > 1 + policy.tolerance]
+    if queue.ratio > 1:
+        pressing.append(queue)
+    driver = max(pressing, key=lambda s: s.ratio, default=None)
+
+    def periods(pressure: str) -> str:
+        n = history.consecutive(pressure, now, max_gap_s) + 1
+        return f"for {n} period{'s' if n != 1 else ''}"
+
+    if obs.replicas_starting > 0:
+        starting = (f"{obs.replicas_starting} replica{'s' if obs.replicas_starting != 1 else ''} "
+                    f"still starting: holding at {current} until they serve")
+        if driver is None:
+            return _Proposal(current, starting)
+        return _Proposal(current, f"{driver.compare('>')} {periods(driver.key)} but {starting}",
+                         driver.key)
+    previous = history.latest(now, max_gap_s)
+    if previous is not None and previous.starting:
+        return _Proposal(current, "replicas just became ready: one more period to measure them",
+                         driver.key if driver is not None else None)
+    if current == 0:
+        if obs.has_traffic:
+            wake = max(1, policy.min_replicas)
+            return _Proposal(wake, f"traffic while scaled to zero ({obs.requests_per_second:g} "
+                                   f"req/s, {obs.waiting:g} waiting): cold start")
+        return _Proposal(0, "scaled to zero, no traffic")
+    draining = _drain_s(obs, previous, now)
+    startup_s = history.last_startup_s(now) or 0.0
+    horizon_s = max(startup_s, _DRAIN_PERIODS * policy.evaluation_period_s)
+    if driver is not None and draining is not None and draining <= horizon_s:
+        # The latency percentiles still hold requests that queued in the surge.
+        queue = (f"the queue just emptied" if obs.waiting == 0 else
+                 f"the queue of {obs.waiting:.0f} is draining and clears in about {draining:.0f} s")
+        return _Proposal(current, f"{driver.compare('>')} but {queue}", driver.key)
+    if driver is not None:
+        cause = f"{driver.compare('>')} {periods(driver.key)}"
+        return _Proposal(math.ceil(current * driver.ratio), cause, driver.key)
+    if not obs.has_traffic and worst is None:
+        if current <= policy.min_replicas:
+            return _Proposal(current, f"no traffic; at minReplicas {policy.min_replicas}")
+        return _Proposal(policy.min_replicas, f"no traffic {periods(HEADROOM)}: towards "
+                                              f"minReplicas {policy.min_replicas}", HEADROOM)
+    if worst is None:
+        return _Proposal(current, "traffic but no latency samples yet")
+    if worst.ratio < 1 - policy.tolerance:
+        return _propose_down(policy, obs, worst, periods(HEADROOM))
+    return _Proposal(current, f"{worst.compare('within')} ±{policy.tolerance:.0%}")
+
+
+def _drain_s(
+    obs: observation_mod.Observation, previous: history_mod.Record | None, now: float
+) -> float | None:
+    """Seconds until the queue empties at its current drain rate; None unless it is draining."""
+    if previous is None or not obs.waiting < previous.waiting:
+        return None
+    rate = (previous.waiting - obs.waiting) / (now - previous.at)
+    return obs.waiting / rate
+
+
+def _propose_down(
+    policy: policy_mod.Policy,
+    obs: observation_mod.Observation,
+    worst: signals.Signal,
+    periods: str,
+) -> _Proposal:
+    """Fewest replicas at which projected utilisation stays at the target."""
+    current = obs.current_replicas
+    kv = obs.kv_cache_usage or 0.0
+    utilisation = max(worst.ratio, kv)
+    projected = min(current, max(1, math.ceil(current * utilisation / policy.target_utilization)))
+    measured = worst.share() + (f", KV cache {kv:.0%}" if obs.kv_cache_usage is not None else "")
+    if projected >= current:
+        at_fewer = current * utilisation / (current - 1) if current > 1 else math.inf
+        what = (f"{at_fewer:.0%} at {current - 1} replicas" if current > 1
+                else "no fewer replicas on latency alone")
+        return _Proposal(current, f"below SLO ({measured}) but projected utilisation {what} "
+                                  f"exceeds target {policy.target_utilization:.0%}")
+    at_projected = current * utilisation / projected
+    return _Proposal(projected, f"headroom {periods} ({measured}): projected utilisation "
+                                f"{at_projected:.0%} at {projected} replicas", HEADROOM)
+
+
+def _stabilize(
+    policy: policy_mod.Policy,
+    history: history_mod.History,
+    now: float,
+    current: int,
+    recommendation: int,
+    max_gap_s: float,
+    notes: list[str],
+) -> int:
+    # The pressure of a moment is discounted by the window's other recommendations, as in the
+    # HPA: up to the lowest of the up window, down to the highest of the down window.
+    up_window = history.since(now - policy.scale_up_stabilization_s, now)
+    down_window = history.since(now - policy.scale_down_stabilization_s, now)
+    up_floor = min([recommendation, *(r.recommendation for r in up_window)])
+    down_ceiling = max([recommendation, *(r.recommendation for r in down_window)])
+    desired = current
+    if desired < up_floor:
+        desired = up_floor
+    if desired > down_ceiling:
+        desired = down_ceiling
+    if recommendation > current and desired < recommendation:
+        notes.append(f"scale-up window {policy.scale_up_stabilization_s:g} s allows {desired}")
+    if recommendation < current and desired > recommendation:
+        notes.append(f"scale-down window {policy.scale_down_stabilization_s:g} s keeps {desired}")
+    window_start = now - policy.scale_down_stabilization_s
+    if (desired < current and policy.scale_down_stabilization_s > 0
+            and not history.observed_since(window_start, now, max_gap_s)):
+        notes.append(f"scale-down waits for {policy.scale_down_stabilization_s:g} s of "
+                     "uninterrupted evaluations")
+        desired = current
+    return desired
+
+
+def _limit_step(policy: policy_mod.Policy, current: int, desired: int, notes: list[str]) -> int:
+    if desired > current:
+        allowed = policy.max_scale_up_step.allowed(current)
+        if desired > current + allowed:
+            notes.append(f"step limit +{allowed}: wants {desired}")
+            return current + allowed
+    if desired < current:
+        allowed = policy.max_scale_down_step.allowed(current)
+        if desired < current - allowed:
+            notes.append(f"step limit -{allowed}: wants {desired}")
+            return current - allowed
+    return desired
+
+
+def _clamp(policy: policy_mod.Policy, desired: int, notes: list[str]) -> int:
+    if desired > policy.max_replicas:
+        notes.append(f"maxReplicas {policy.max_replicas}: wants {desired}")
+        return policy.max_replicas
+    if desired < policy.min_replicas:
+        notes.append(f"minReplicas {policy.min_replicas}: wants {desired}")
+        return policy.min_replicas
+    return desired

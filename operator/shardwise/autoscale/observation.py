@@ -1,0 +1,38 @@
+"""What the autoscaler sees at one evaluation: latency, load and replica counts, as plain numbers.
+
+The controller fills it from `status.latency` (windowed vLLM metrics), the workload's status and
+the GPU inventory; the decision function reads nothing else, so a test states a situation in one
+constructor call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Observation:
+    """One evaluation's inputs. Latencies are None when the window held no requests.
+
+    Counts (`waiting`, `running`, `requests_per_second`) are totals over all replicas.
+    `kv_cache_usage` is vLLM's `kv_cache_usage_perc` averaged over replicas: a fraction, 0 to 1.
+    `capacity_replicas` is the most replicas the GPUs that exist can hold, counting the running
+    ones; None when unknown, which leaves scaling unbounded by capacity.
+    """
+
+    current_replicas: int
+    replicas_ready: int
+    replicas_starting: int = 0
+    ttft_p95_ms: float | None = None
+    itl_p95_ms: float | None = None
+    e2e_p95_ms: float | None = None
+    waiting: float = 0.0
+    running: float = 0.0
+    kv_cache_usage: float | None = None
+    requests_per_second: float = 0.0
+    capacity_replicas: int | None = None
+
+    @property
+    def has_traffic(self) -> bool:
+        """Whether anything was asked of the model in the window."""
+        return self.requests_per_second > 0 or self.waiting > 0 or self.running > 0

@@ -1,0 +1,255 @@
+"""A trace simulator: `decide()` driving a toy serving plant through scripted load, in virtual time.
+
+Unit tests pin single decisions; they cannot show reaction time, oscillation or cost over an hour
+of traffic. This module runs the real decision function every evaluation period against a plant
+whose latency climbs sharply near saturation and whose new replicas take a while to start, and
+reports the figures the issue asks for. Pure: time is a loop counter and noise comes from a seeded
+RNG, so a run is reproducible and takes milliseconds.
+
+Plant, per tick of `tick_s`:
+- capacity = ready replicas x `capacity_rps_per_replica`; utilisation u = arrivals / capacity;
+- arrivals above capacity accumulate in a backlog, which drains when capacity returns;
+- TTFT = base x (1 + u^3 / (1 - u)) (u capped at 0.98) plus the backlog's wait; ITL rises mildly
+  with batch size; KV-cache usage follows u;
+- a replica asked for becomes ready `startup_s` later (model load); removed ones vanish at once.
+The autoscaler sees p95s over the last evaluation period, as the controller's metrics window does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable
+
+from shardwise.autoscale import decision as decision_mod
+from shardwise.autoscale import history as history_mod
+from shardwise.autoscale import observation as observation_mod
+from shardwise.autoscale import policy as policy_mod
+
+_MAX_UTILISATION = 0.98
+_OUTPUT_TOKENS = 200
+
+
+@dataclasses.dataclass(frozen=True)
+class Plant:
+    """The simulated deployment: per-replica throughput, base latency, startup delay, noise."""
+
+    capacity_rps_per_replica: float = 10.0
+    base_ttft_ms: float = 100.0
+    base_itl_ms: float = 20.0
+    startup_s: float = 90.0
+    capacity_replicas: int | None = 16
+    tick_s: float = 5.0
+    latency_noise: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    """A scripted load: requests/s as a function of time, and what to measure it by.
+
+    `surge_at` is when the event whose reaction is measured begins; `initial_replicas` are ready
+    at time zero; `load_noise` is the sigma of a lognormal factor on each tick's arrivals.
+    """
+
+    name: str
+    duration_s: float
+    load: Callable[[float], float]
+    initial_replicas: int = 1
+    surge_at: float | None = None
+    load_noise: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One decision that changed the replica count."""
+
+    at: float
+    direction: decision_mod.Direction
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The figures of one run. Minutes and seconds are simulated time."""
+
+    trace: str
+    reaction_s: float | None
+    recovery_s: float | None
+    direction_changes: int
+    violation_minutes: float
+    replica_minutes: float
+    peak_replicas: int
+    final_replicas: int
+    changes: tuple[Change, ...]
+
+    def changes_between(self, start: float, end: float) -> tuple[Change, ...]:
+        return tuple(c for c in self.changes if start <= c.at < end)
+
+
+@dataclasses.dataclass
+class _Replicas:
+    # Mutable on purpose: local to one run, never escapes it.
+    ready_at: list[float]
+
+    def count(self) -> int:
+        return len(self.ready_at)
+
+    def ready(self, now: float) -> int:
+        return sum(1 for at in self.ready_at if at <= now)
+
+    def resize(self, desired: int, now: float, startup_s: float) -> None:
+        if desired > self.count():
+            self.ready_at.extend([now + startup_s] * (desired - self.count()))
+        # Removing the newest first drops replicas still starting before serving ones.
+        self.ready_at = sorted(self.ready_at)[:desired]
+
+
+def simulate(
+    trace: Trace,
+    policy: policy_mod.Policy,
+    plant: Plant = Plant(),
+    *,
+    seed: int = 0,
+) -> Result:
+    """Run `trace` through the plant with `decide()` every evaluation period."""
+    rng = random.Random(seed)
+    replicas = _Replicas([0.0] * trace.initial_replicas)
+    history = history_mod.History()
+    backlog = 0.0
+    window: list[tuple[float, float | None, float | None, float]] = []
+    changes: list[Change] = []
+    violation_s = replica_s = 0.0
+    peak = replicas.count()
+    first_violation: float | None = None
+    recovery_at: float | None = None
+    next_decision = policy.evaluation_period_s
+    ticks = int(round(trace.duration_s / plant.tick_s))
+
+    for step in range(1, ticks + 1):
+        now = step * plant.tick_s
+        noise = rng.lognormvariate(0.0, trace.load_noise) if trace.load_noise else 1.0
+        arrivals = max(0.0, trace.load(now)) * noise
+        capacity = replicas.ready(now) * plant.capacity_rps_per_replica
+        backlog = max(0.0, backlog + (arrivals - capacity) * plant.tick_s)
+        ttft, itl = _latency(plant, arrivals, capacity, backlog, rng)
+        window.append((arrivals, ttft, itl, backlog))
+
+        violating = _violates(policy.slo, ttft, itl)
+        replica_s += replicas.count() * plant.tick_s
+        if violating:
+            violation_s += plant.tick_s
+        if trace.surge_at is not None and now >= trace.surge_at:
+            if violating and first_violation is None:
+                first_violation = now
+            if not violating and first_violation is not None and recovery_at is None:
+                recovery_at = now
+
+        if now + 1e-9 >= next_decision:
+            next_decision += policy.evaluation_period_s
+            observation = _observe(plant, replicas, now, window)
+            window = []
+            decision = decision_mod.decide(policy, observation, history, now)
+            history = history.record(decision, now)
+            if decision.direction is not decision_mod.Direction.HOLD:
+                changes.append(Change(now, decision.direction, decision.event_message()))
+                replicas.resize(decision.desired_replicas, now, plant.startup_s)
+                peak = max(peak, replicas.count())
+
+    return Result(
+        trace=trace.name,
+        reaction_s=_reaction(trace, changes),
+        recovery_s=_recovery(trace, first_violation, recovery_at),
+        direction_changes=_direction_changes(changes),
+        violation_minutes=violation_s / 60,
+        replica_minutes=replica_s / 60,
+        peak_replicas=peak,
+        final_replicas=replicas.count(),
+        changes=tuple(changes),
+    )
+
+
+def standard_traces() -> tuple[Trace, ...]:
+    """The issue's five traces, for an evaluation period of 30 s and a 300 s down window."""
+    return (
+        Trace("step surge", 2_400, lambda t: 6.0 if t < 610 else 30.0, surge_at=610),
+        Trace("slow ramp", 4_200, lambda t: 5.0 + 55.0 * min(t, 3_600) / 3_600),
+        Trace("short spike", 3_600, lambda t: 30.0 if 905 <= t < 965 else 10.0,
+              initial_replicas=2, surge_at=905),
+        Trace("steady noisy", 3_600, lambda t: 25.0, initial_replicas=4, load_noise=0.1),
+        Trace("diurnal", 86_400,
+              lambda t: 26.0 - 24.0 * math.cos(2 * math.pi * t / 86_400),
+              initial_replicas=1, load_noise=0.1),
+    )
+
+
+def _latency(
+    plant: Plant, arrivals: float, capacity: float, backlog: float, rng: random.Random
+) -> tuple[float | None, float | None]:
+    if arrivals <= 0 or capacity <= 0:
+        return None, None
+    u = min(arrivals / capacity, _MAX_UTILISATION)
+    jitter = rng.lognormvariate(0.0, plant.latency_noise) if plant.latency_noise else 1.0
+    queue_wait_ms = backlog / capacity * 1_000
+    ttft = (plant.base_ttft_ms * (1 + u**3 / (1 - u)) + queue_wait_ms) * jitter
+    itl = plant.base_itl_ms * (1 + 0.5 * u**2) * jitter
+    return ttft, itl
+
+
+def _observe(
+    plant: Plant,
+    replicas: _Replicas,
+    now: float,
+    window: list[tuple[float, float | None, float | None, float]],
+) -> observation_mod.Observation:
+    rps = sum(arrivals for arrivals, _, _, _ in window) / len(window)
+    ready = replicas.ready(now)
+    capacity = ready * plant.capacity_rps_per_replica
+    ttft = _p95([t for _, t, _, _ in window if t is not None])
+    itl = _p95([i for _, _, i, _ in window if i is not None])
+    served = min(rps, capacity)
+    return observation_mod.Observation(
+        current_replicas=replicas.count(),
+        replicas_ready=ready,
+        replicas_starting=replicas.count() - ready,
+        ttft_p95_ms=ttft,
+        itl_p95_ms=itl,
+        waiting=window[-1][3],
+        running=served * ((ttft or 0) + _OUTPUT_TOKENS * (itl or 0)) / 1_000,
+        kv_cache_usage=min(1.0, rps / capacity) if capacity > 0 else None,
+        requests_per_second=rps,
+        capacity_replicas=plant.capacity_replicas,
+    )
+
+
+def _p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[math.ceil(0.95 * len(ordered)) - 1]
+
+
+def _violates(slo: policy_mod.SloTargets, ttft: float | None, itl: float | None) -> bool:
+    return ((slo.ttft_p95_ms is not None and ttft is not None and ttft > slo.ttft_p95_ms)
+            or (slo.itl_p95_ms is not None and itl is not None and itl > slo.itl_p95_ms))
+
+
+def _reaction(trace: Trace, changes: list[Change]) -> float | None:
+    if trace.surge_at is None:
+        return None
+    ups = [c.at for c in changes
+           if c.at >= trace.surge_at and c.direction is decision_mod.Direction.UP]
+    return ups[0] - trace.surge_at if ups else None
+
+
+def _recovery(trace: Trace, first_violation: float | None, recovery_at: float | None) -> float | None:
+    if trace.surge_at is None:
+        return None
+    if first_violation is None:
+        return 0.0
+    return None if recovery_at is None else recovery_at - trace.surge_at
+
+
+def _direction_changes(changes: list[Change]) -> int:
+    directions = [c.direction for c in changes]
+    return sum(1 for a, b in zip(directions, directions[1:]) if a is not b)
