@@ -1,0 +1,148 @@
+"""The HTTP face of one simulated engine: vLLM 0.32's OpenAI-compatible routes on aiohttp.
+
+Handlers only translate between HTTP and the pure modules: bodies come from `protocol`, errors
+from `errors`, timing and accounting from `engine`. aiohttp rather than FastAPI keeps a fleet of
+hundreds of engines in one process cheap; the responses still carry uvicorn's `server` header and
+vLLM's content types so that nothing downstream can tell the difference by looking.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import exposition
+
+from shardwise_runtime.sim import errors, protocol
+from shardwise_runtime.sim.engine import Engine, Plan, plan_generation
+
+ENGINE_KEY = web.AppKey("engine", Engine)
+_JSON = "application/json"
+
+
+def _json(payload: Any, status: int = 200) -> web.Response:
+    # Compact separators, as FastAPI renders vLLM's bodies.
+    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    return web.Response(status=status, body=body,
+                        headers={"content-type": _JSON})
+
+
+def _error(body: errors.ErrorBody) -> web.Response:
+    return _json(body, status=body["error"]["code"])
+
+
+async def _set_server_header(_: web.Request, response: web.StreamResponse) -> None:
+    response.headers["server"] = "uvicorn"
+
+
+async def health(_: web.Request) -> web.Response:
+    """GET /health: 200 with an empty body (health.headers)."""
+    return web.Response(status=200, headers={"vary": "Origin"})
+
+
+async def models(request: web.Request) -> web.Response:
+    """GET /v1/models (models.json)."""
+    engine = request.app[ENGINE_KEY]
+    config = engine.config
+    return _json(protocol.models_response(
+        config.served_model_names, config.model, config.max_model_len, engine.started,
+        engine.new_id("modelperm")))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """GET /metrics in the Prometheus text format vLLM serves."""
+    body = request.app[ENGINE_KEY].metrics.exposition()
+    return web.Response(body=body, headers={"content-type": exposition.CONTENT_TYPE_PLAIN_0_0_4})
+
+
+async def _complete(request: web.Request, kind: protocol.Kind) -> web.StreamResponse:
+    engine = request.app[ENGINE_KEY]
+    try:
+        body = json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError) as error:
+        return _error(errors.invalid_json(str(error)))
+    problems = errors.validate_chat(body) if kind == "chat" else errors.validate_completion(body)
+    if problems:
+        return _error(errors.validation_failed(problems))
+    assert isinstance(body, dict)
+    parsed = protocol.read_request(kind, body)
+    plan = plan_generation(parsed, engine.config, engine.rng)
+    if not isinstance(plan, Plan):
+        return _error(plan)
+    ident = protocol.Identity(id=engine.new_id("chatcmpl" if kind == "chat" else "cmpl"),
+                              created=int(time.time()), model=plan.model,
+                              system_fingerprint=engine.system_fingerprint)
+    if parsed.stream:
+        return await _stream(request, engine, kind, plan, ident, parsed.include_usage)
+    async with engine.generate(plan) as generation:
+        async for _ in generation:
+            pass
+    build = protocol.chat_response if kind == "chat" else protocol.completion_response
+    return _json(build(ident, protocol.generated_text(generation.emitted), plan.finish_reason,
+                       plan.prompt_tokens, generation.emitted))
+
+
+async def _stream(request: web.Request, engine: Engine, kind: protocol.Kind, plan: Plan,
+                  ident: protocol.Identity, include_usage: bool) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"content-type": "text/event-stream; charset=utf-8"})
+    await response.prepare(request)
+    try:
+        async with engine.generate(plan) as generation:
+            async for index in generation:
+                if index == 0 and kind == "chat":
+                    await response.write(protocol.sse_event(protocol.role_chunk(ident)))
+                last = index == plan.tokens - 1
+                chunk = protocol.token_chunk(ident, kind, protocol.token_text(index),
+                                             plan.finish_reason if last else None)
+                await response.write(protocol.sse_event(chunk))
+        if include_usage:
+            usage = protocol.usage_chunk(ident, kind, plan.prompt_tokens, generation.emitted)
+            await response.write(protocol.sse_event(usage))
+        await response.write(protocol.SSE_DONE)
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the client left; the engine has already counted the abort
+    return response
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """POST /v1/chat/completions, streaming or not."""
+    return await _complete(request, "chat")
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    """POST /v1/completions, streaming or not."""
+    return await _complete(request, "completion")
+
+
+def build_app(engine: Engine) -> web.Application:
+    """The aiohttp application serving one engine."""
+    app = web.Application()
+    app[ENGINE_KEY] = engine
+    app.on_response_prepare.append(_set_server_header)
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+async def start_site(engine: Engine, *, shutdown_timeout_s: float = 60.0) -> tuple[web.AppRunner, int]:
+    """Serve `engine` on its configured host and port in the running loop.
+
+    Returns the runner (clean it up to stop serving) and the bound port, which differs from the
+    configured one only when that was 0. Raises OSError when the address is taken.
+    """
+    runner = web.AppRunner(build_app(engine), access_log=None, shutdown_timeout=shutdown_timeout_s)
+    await runner.setup()
+    site = web.TCPSite(runner, engine.config.host, engine.config.port)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    _, port = runner.addresses[0][:2]
+    return runner, int(port)

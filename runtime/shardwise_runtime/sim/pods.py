@@ -1,0 +1,182 @@
+"""Which engines the fleet should run, read from Pod objects: pure functions, no API calls.
+
+The operator renders each serving pod with `vllm serve` arguments and annotations carrying the
+planner's predictions; KWOK gives the pod a loopback IP. From that the fleet derives one
+`EngineConfig` per pod that should answer like vLLM, and the changes that bring the running
+engines to that set. Keeping this pure lets every rule (leaders only, loopback only, argument
+forms, fallbacks) be tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import shlex
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from shardwise_runtime.sim.config import VLLM_PORT, EngineConfig
+
+INFERENCE_LABEL = "shardwise.io/inference-deployment"
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+TTFT_ANNOTATION = "shardwise.io/predicted-ttft-ms"
+ITL_ANNOTATION = "shardwise.io/predicted-itl-ms"
+MAX_CONCURRENCY_ANNOTATION = "shardwise.io/max-concurrency"
+
+_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+_DEFAULTS = EngineConfig(host="127.0.0.1", model="-", served_model_names=("-",))
+
+
+@dataclasses.dataclass(frozen=True)
+class VllmArgs:
+    """The few `vllm serve` arguments the simulator imitates."""
+
+    model: str | None = None
+    served_model_names: tuple[str, ...] = ()
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    tensor_parallel_size: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetChanges:
+    """Engines to stop (first) and to start, by pod key."""
+
+    stop: tuple[str, ...]
+    start: tuple[str, ...]
+
+
+def _tokens(argv: Sequence[str]) -> list[str]:
+    # `sh -c "vllm serve ..."` hides the arguments in one string; split such strings too.
+    tokens: list[str] = []
+    for item in argv:
+        tokens.extend(shlex.split(item) if any(c.isspace() for c in item) else [item])
+    return tokens
+
+
+def _int(text: str | None) -> int | None:
+    """vLLM's integers, including its `8k` (x1000) and `8K` (x1024) forms; None if unreadable."""
+    if not text:
+        return None
+    scale = {"k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}.get(text[-1], 1)
+    try:
+        value = int(text[:-1] if scale != 1 else text) * scale
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def parse_vllm_args(argv: Sequence[str]) -> VllmArgs:
+    """Read model, served names, context length, batch size and TP from a `vllm serve` argv."""
+    tokens = _tokens(argv)
+    values: dict[str, list[str]] = {}
+    positional: str | None = None
+    if "serve" in tokens:
+        after = tokens[tokens.index("serve") + 1:]
+        if after and not after[0].startswith("-"):
+            positional = after[0]
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        index += 1
+        if not token.startswith("--"):
+            continue
+        name, eq, inline = token[2:].partition("=")
+        if eq:
+            values[name] = [inline]
+            continue
+        collected = []
+        while index < len(tokens) and not tokens[index].startswith("-"):
+            collected.append(tokens[index])
+            index += 1
+        values[name] = collected
+    model = (values.get("model") or [positional])[0]
+    served = tuple(values.get("served-model-name", ()))
+    first = {name: (found[0] if found else None) for name, found in values.items()}
+    return VllmArgs(model=model, served_model_names=served,
+                    max_model_len=_int(first.get("max-model-len")),
+                    max_num_seqs=_int(first.get("max-num-seqs")),
+                    tensor_parallel_size=_int(first.get("tensor-parallel-size")))
+
+
+def _vllm_container(pod: Mapping[str, Any]) -> VllmArgs | None:
+    for container in pod.get("spec", {}).get("containers", []) or []:
+        args = parse_vllm_args([*(container.get("command") or []), *(container.get("args") or [])])
+        if args.model or args.served_model_names:
+            return args
+    return None
+
+
+def _positive(text: object, kind: type[int] | type[float]) -> float | None:
+    try:
+        value = kind(str(text))
+    except (TypeError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    """namespace/name: the identity of a pod across IP changes."""
+    meta = pod.get("metadata", {})
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def engine_config_from_pod(pod: Mapping[str, Any]) -> EngineConfig | None:
+    """The engine a pod should have, or None when it should have none.
+
+    None unless the pod carries the inference-deployment label, is the leader of its group
+    (worker-index "0" or no such label), is Running and not terminating, has a podIP inside
+    127.0.0.0/8 and runs a container whose `vllm serve` arguments name a model.
+    """
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    if INFERENCE_LABEL not in labels or labels.get(WORKER_INDEX_LABEL, "0") != "0":
+        return None
+    if meta.get("deletionTimestamp") or status.get("phase") != "Running":
+        return None
+    try:
+        ip = ipaddress.ip_address(status.get("podIP") or "")
+    except ValueError:
+        return None
+    if ip not in _LOOPBACK:
+        return None
+    args = _vllm_container(pod)
+    if args is None:
+        return None
+    served = args.served_model_names or (args.model,)
+    model = args.model or served[0]
+    annotations = meta.get("annotations") or {}
+    ttft = _positive(annotations.get(TTFT_ANNOTATION), float)
+    itl = _positive(annotations.get(ITL_ANNOTATION), float)
+    concurrency = _positive(annotations.get(MAX_CONCURRENCY_ANNOTATION), int)
+    return EngineConfig(
+        host=str(ip), port=VLLM_PORT, model=str(model),
+        served_model_names=tuple(str(name) for name in served),
+        ttft_ms=ttft or _DEFAULTS.ttft_ms, itl_ms=itl or _DEFAULTS.itl_ms,
+        max_concurrency=int(concurrency or args.max_num_seqs or _DEFAULTS.max_concurrency),
+        max_model_len=args.max_model_len or _DEFAULTS.max_model_len,
+        tensor_parallel_size=args.tensor_parallel_size or _DEFAULTS.tensor_parallel_size,
+        # Distinct per pod so that replicas do not answer with identical ids and lengths.
+        seed=zlib.crc32((meta.get("uid") or pod_key(pod)).encode()))
+
+
+def plan_fleet(running: Mapping[str, EngineConfig],
+               desired: Mapping[str, EngineConfig]) -> FleetChanges:
+    """Stop engines that are gone or changed, start new or changed ones.
+
+    Two pods can briefly claim one IP (KWOK reuses a deleted pod's address); the engine already
+    bound there keeps it and the newcomer waits for a later pass, after the old pod's deletion
+    stopped it.
+    """
+    stop = tuple(sorted(key for key, config in running.items() if desired.get(key) != config))
+    bound = {(config.host, config.port) for key, config in running.items() if key not in stop}
+    start = []
+    for key in sorted(desired):
+        config = desired[key]
+        if running.get(key) == config or (config.host, config.port) in bound:
+            continue
+        bound.add((config.host, config.port))
+        start.append(key)
+    return FleetChanges(stop=stop, start=tuple(start))

@@ -1,0 +1,123 @@
+"""`shardwise-sim`: serve one simulated engine, run the fleet manager, or generate load.
+
+    shardwise-sim serve --host IP [--port 8000] --model NAME [--served-model-name NAME ...]
+                        [--ttft-ms X] [--itl-ms Y] [--max-concurrency N] [--max-model-len L]
+                        [--tensor-parallel-size T] [--seed S]
+    shardwise-sim fleet --kubeconfig PATH [--namespace NS|all]
+    shardwise-sim load  --base-url URL [--base-url URL ...] --model NAME --rps R --duration S
+                        [--concurrency C] [--max-tokens N] [--timeout S] [--csv OUT]
+
+Only argument parsing and process wiring live here; each command's work is in its own module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from shardwise_runtime.sim import app, load
+from shardwise_runtime.sim.config import VLLM_PORT, EngineConfig
+from shardwise_runtime.sim.engine import Engine
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shardwise-sim", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve one simulated vLLM engine")
+    defaults = EngineConfig(host="127.0.0.1", model="-", served_model_names=("-",))
+    serve.add_argument("--host", required=True, help="loopback IP to bind (127.0.0.0/8 or ::1)")
+    serve.add_argument("--port", type=int, default=VLLM_PORT)
+    serve.add_argument("--model", required=True, help="the model path vLLM would load")
+    serve.add_argument("--served-model-name", nargs="+", default=None,
+                       help="names clients use (default: --model)")
+    serve.add_argument("--ttft-ms", type=float, default=defaults.ttft_ms,
+                       help="predicted TTFT on an idle engine for a 512-token prompt")
+    serve.add_argument("--itl-ms", type=float, default=defaults.itl_ms,
+                       help="predicted inter-token latency for a batch of one")
+    serve.add_argument("--max-concurrency", type=int, default=defaults.max_concurrency,
+                       help="running batch size; further requests queue")
+    serve.add_argument("--max-model-len", type=int, default=defaults.max_model_len)
+    serve.add_argument("--tensor-parallel-size", type=int, default=defaults.tensor_parallel_size)
+    serve.add_argument("--seed", type=int, default=defaults.seed)
+
+    fleet = commands.add_parser("fleet", help="serve an engine on every serving pod's loopback IP")
+    fleet.add_argument("--kubeconfig", required=True)
+    fleet.add_argument("--namespace", default="all", help="a namespace, or `all` (default)")
+
+    loadgen = commands.add_parser("load", help="stream chat requests at a fixed rate")
+    loadgen.add_argument("--base-url", action="append", required=True,
+                         help="OpenAI base URL on loopback, e.g. http://127.1.0.5:8000/v1; "
+                              "repeat to round-robin over replicas")
+    loadgen.add_argument("--model", required=True)
+    loadgen.add_argument("--rps", type=float, required=True)
+    loadgen.add_argument("--duration", type=float, required=True, help="seconds")
+    loadgen.add_argument("--concurrency", type=int, default=64)
+    loadgen.add_argument("--max-tokens", type=int, default=32)
+    loadgen.add_argument("--timeout", type=float, default=60.0, help="per-request seconds")
+    loadgen.add_argument("--csv", default=None, help="write one row per request here")
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    engine_config = EngineConfig(
+        host=args.host, port=args.port, model=args.model,
+        served_model_names=tuple(args.served_model_name or [args.model]), ttft_ms=args.ttft_ms,
+        itl_ms=args.itl_ms, max_concurrency=args.max_concurrency,
+        max_model_len=args.max_model_len, tensor_parallel_size=args.tensor_parallel_size,
+        seed=args.seed)
+
+    async def application() -> web.Application:
+        # The engine's semaphore belongs to the loop run_app creates, so build it inside.
+        return app.build_app(Engine(engine_config))
+
+    web.run_app(application(), host=engine_config.host, port=engine_config.port,
+                access_log=None, print=None)
+    return 0
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    # Imported here: the Kubernetes client is slow to import and only this command needs it.
+    from shardwise_runtime.sim import fleet
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(fleet.run_fleet(args.kubeconfig, args.namespace))
+    return 0
+
+
+def _load(args: argparse.Namespace) -> int:
+    records = asyncio.run(load.run_load(
+        args.base_url, args.model, args.rps, args.duration, concurrency=args.concurrency,
+        max_tokens=args.max_tokens, request_timeout_s=args.timeout))
+    if args.csv:
+        with open(args.csv, "w", encoding="utf-8") as out:
+            load.write_csv(records, out)
+    summary = load.summarize(records)
+    figures = {key: (round(value * 1000, 1) if key.endswith("_s") and value is not None else value)
+               for key, value in dataclasses.asdict(summary).items()}
+    print(json.dumps({key.removesuffix("_s") + ("_ms" if key.endswith("_s") else ""): value
+                      for key, value in figures.items()}))
+    return 0 if summary.requests > summary.errors else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `shardwise-sim`."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return {"serve": _serve, "fleet": _fleet, "load": _load}[args.command](args)
+    except ValueError as error:
+        print(f"shardwise-sim: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
