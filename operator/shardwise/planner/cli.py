@@ -1,0 +1,169 @@
+"""`shardwise plan`: the planner offline, on an InferenceDeployment file and a nodes file or a cluster.
+
+Contract (other tools depend on it): `-o json` prints exactly `Plan.to_dict()`; exit 0 when the plan
+is feasible, 2 when it is not (the JSON is still printed), 1 on bad input with a one-line error
+naming the field. The nodes file is what `kubectl get nodes -o yaml` prints; a List from
+`kubectl get nodes,pods -A -o yaml` also works, and its running pods' GPUs then count as taken.
+`--cluster` reads nodes and pods from the current kubeconfig: the only place the planner package
+touches the Kubernetes client, imported lazily so the pure planner never loads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from shardwise import planner
+from shardwise.planner import plans
+
+EXIT_FEASIBLE = 0
+EXIT_BAD_INPUT = 1
+EXIT_INFEASIBLE = 2
+
+
+class _InputError(Exception):
+    """A problem with a file or argument, reported on one line."""
+
+
+def register(subparsers: Any) -> None:
+    """Add the `plan` subcommand to an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "plan",
+        help="plan TP/PP for an InferenceDeployment on a set of nodes",
+        description="Plan tensor/pipeline parallelism for an InferenceDeployment, offline.",
+    )
+    parser.add_argument("-f", "--filename", required=True, help="InferenceDeployment YAML")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--nodes", help="nodes as printed by `kubectl get nodes -o yaml`")
+    source.add_argument("--cluster", action="store_true", help="read nodes and pods of the current kubeconfig")
+    parser.add_argument("--prices", help="YAML map of GPU product to USD per GPU-hour (cluster pricing table)")
+    parser.add_argument("-o", "--output", choices=("json", "table"), default="table")
+    parser.set_defaults(func=run)
+
+
+def _load_yaml(path: str, what: str) -> list[Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return [doc for doc in yaml.safe_load_all(handle) if doc is not None]
+    except OSError as error:
+        raise _InputError(f"{what}: cannot read {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise _InputError(f"{what}: {path} is not valid YAML: {str(error).splitlines()[0]}") from None
+
+
+def _deployment_spec(path: str) -> Mapping[str, Any]:
+    docs = _load_yaml(path, "-f")
+    for doc in docs:
+        if isinstance(doc, Mapping) and doc.get("kind", "InferenceDeployment") == "InferenceDeployment":
+            spec = doc.get("spec")
+            if not isinstance(spec, Mapping):
+                raise planner.PlanInputError("spec", f"missing in {path}")
+            return spec
+    raise _InputError(f"-f: no InferenceDeployment in {path}")
+
+
+def _objects(path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    nodes: list[dict[str, Any]] = []
+    pods: list[dict[str, Any]] = []
+    for doc in _load_yaml(path, "--nodes"):
+        items = doc.get("items") if isinstance(doc, Mapping) and "items" in doc else [doc]
+        for item in items or []:
+            if not isinstance(item, dict):
+                raise _InputError(f"--nodes: {path} holds something that is not a Kubernetes object")
+            kind = item.get("kind", "Node")
+            if kind == "Node":
+                nodes.append(item)
+            elif kind == "Pod":
+                pods.append(item)
+    return nodes, pods
+
+
+def _cluster_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    from kubernetes import client, config  # lazily: only --cluster needs a client
+
+    config.load_kube_config()
+    api = client.CoreV1Api()
+    serialize = client.ApiClient().sanitize_for_serialization
+    nodes = serialize(api.list_node().items)
+    pods = serialize(
+        api.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed").items
+    )
+    return nodes, pods
+
+
+def _prices(path: str | None) -> dict[str, float] | None:
+    if path is None:
+        return None
+    docs = _load_yaml(path, "--prices")
+    table = docs[0] if docs else {}
+    if not isinstance(table, Mapping):
+        raise _InputError(f"--prices: {path} must map GPU product to USD per GPU-hour")
+    try:
+        return {str(k): float(v) for k, v in table.items()}
+    except (TypeError, ValueError):
+        raise _InputError(f"--prices: {path} has a price that is not a number") from None
+
+
+def _table(result: plans.Plan) -> str:
+    lines = [f"FEASIBLE     {'yes' if result.feasible else 'no'} ({result.reason_code})"]
+    if result.tensor_parallel:
+        lines.append(
+            f"LAYOUT       TP{result.tensor_parallel} x PP{result.pipeline_parallel}: "
+            f"{result.gpus_per_replica} GPUs on {result.nodes_per_replica} node(s), "
+            f"{result.gpus_per_node} per pod, {result.gpu_product} ({result.interconnect})"
+        )
+    if result.predicted:
+        p = result.predicted
+        lines.append(
+            f"PREDICTED    ITL {p.itl_ms:.1f} ms, TTFT {p.ttft_ms:.0f} ms, {p.tokens_per_second:.0f} tokens/s, "
+            f"${p.hourly_usd:.2f}/h, ${p.per_million_output_tokens_usd:.2f}/1M output tokens ({p.price_source} price)"
+        )
+    if result.capacity_message:
+        lines.append(f"SCHEDULABLE  {'yes' if result.schedulable_now else 'no'}: {result.capacity_message}")
+    lines.extend(textwrap.wrap(result.reason, 100, initial_indent="REASON       ", subsequent_indent=" " * 13))
+    if result.alternatives:
+        lines.append("ALTERNATIVES")
+        lines.append(f"  {'TP':>3} {'PP':>3} {'GPUS':>4}  {'PRODUCT':<26} {'ITL ms':>7} {'TOK/S':>7} {'$/H':>7}  REJECTED BECAUSE")
+        for alt in result.alternatives:
+            p = alt.predicted
+            assert p is not None  # alternatives are always concrete layouts
+            lines.append(
+                f"  {alt.tensor_parallel:>3} {alt.pipeline_parallel:>3} {alt.gpus_per_replica:>4}  "
+                f"{alt.gpu_product or '':<26} {p.itl_ms:>7.1f} {p.tokens_per_second:>7.0f} {p.hourly_usd:>7.2f}  "
+                f"{alt.rejected_because}"
+            )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle `shardwise plan`; returns the exit status."""
+    try:
+        request = planner.request_from_spec(_deployment_spec(args.filename))
+        nodes, pods = _cluster_objects() if args.cluster else _objects(args.nodes)
+        result = planner.plan(request, planner.inventory_from_nodes(nodes, pods), prices=_prices(args.prices))
+    except (planner.PlanInputError, _InputError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.output == "json":
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(_table(result))
+    return EXIT_FEASIBLE if result.feasible else EXIT_INFEASIBLE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry point (`python -m shardwise.planner.cli plan ...`), for tests and debugging."""
+    parser = argparse.ArgumentParser(prog="shardwise")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

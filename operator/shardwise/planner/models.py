@@ -1,0 +1,97 @@
+"""Model architecture facts: the built-in catalog (models.yaml) and per-deployment overrides.
+
+The planner needs only a handful of numbers per model (layer count, hidden size, attention and KV
+heads, head dimension, total and active parameters). Users name models by Hugging Face repo id, and
+the same weights appear under many ids (`-Instruct`, `-AWQ`, re-uploads by other orgs), so lookup
+strips those decorations before giving up; `spec.model.architecture` covers everything else.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import yaml
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """Architecture numbers of one model, as in its config.json."""
+
+    name: str
+    layers: int
+    hidden_size: int
+    attention_heads: int
+    kv_heads: int
+    head_dim: int
+    parameters: float
+    active_parameters: float
+    source: str
+
+    @property
+    def is_moe(self) -> bool:
+        return self.active_parameters < self.parameters
+
+    def kv_elements_per_token(self) -> int:
+        """K and V elements cached per token across all layers: 2 x layers x kvHeads x headDim."""
+        return 2 * self.layers * self.kv_heads * self.head_dim
+
+
+# Decorations that do not change the architecture: chat/instruct tunes, quantized re-uploads,
+# release tags. Stripped repeatedly from the end of the repo name.
+_DECORATION = re.compile(
+    r"[-_](instruct|chat|it|hf|base|awq|gptq|fp8|int4|int8|w4a16|w8a8|w8a16|dynamic|bnb|4bit|8bit"
+    r"|v\d+(\.\d+)*|\d{4})$"
+)
+
+
+def _model_key(name: str) -> str:
+    tail = name.strip().lower().rsplit("/", 1)[-1]
+    tail = tail.removeprefix("meta-")
+    previous = None
+    while previous != tail:
+        previous = tail
+        tail = _DECORATION.sub("", tail)
+    return tail
+
+
+@functools.cache
+def _catalog() -> tuple[dict[str, ModelArch], dict[str, ModelArch]]:
+    """Two indexes: exact lowercase repo id, and decoration-free key."""
+    text = resources.files(__package__).joinpath("models.yaml").read_text(encoding="utf-8")
+    raw: dict[str, dict[str, object]] = yaml.safe_load(text)
+    by_repo: dict[str, ModelArch] = {}
+    by_key: dict[str, ModelArch] = {}
+    for model_id in sorted(raw):
+        entry = raw[model_id]
+        parameters = float(entry["parameters"])  # type: ignore[arg-type]
+        arch = ModelArch(
+            name=model_id,
+            layers=int(entry["layers"]),  # type: ignore[call-overload]
+            hidden_size=int(entry["hiddenSize"]),  # type: ignore[call-overload]
+            attention_heads=int(entry["attentionHeads"]),  # type: ignore[call-overload]
+            kv_heads=int(entry["kvHeads"]),  # type: ignore[call-overload]
+            head_dim=int(entry["headDim"]),  # type: ignore[call-overload]
+            parameters=parameters,
+            active_parameters=float(entry.get("activeParameters", parameters)),  # type: ignore[arg-type]
+            source=str(entry["source"]),
+        )
+        by_key.setdefault(_model_key(model_id), arch)
+        for repo in entry["names"]:  # type: ignore[attr-defined]
+            by_repo[str(repo).lower()] = arch
+            by_repo.setdefault(str(repo).lower().rsplit("/", 1)[-1], arch)
+            by_key.setdefault(_model_key(str(repo)), arch)
+    return by_repo, by_key
+
+
+def lookup_model(name: str) -> ModelArch | None:
+    """The catalog entry for a Hugging Face repo id, or None when the model is unknown."""
+    by_repo, by_key = _catalog()
+    lowered = name.strip().lower()
+    return (
+        by_repo.get(lowered)
+        or by_repo.get(lowered.rsplit("/", 1)[-1])
+        or by_key.get(_model_key(name))
+    )

@@ -1,0 +1,96 @@
+"""The planner's answer as plain data, and its camelCase JSON form (status.plan, `shardwise plan`).
+
+One shape serves the chosen plan and each rejected alternative, so a reader compares like with like;
+alternatives add `rejectedBecause` and have no alternatives of their own. Figures are rounded here,
+once, so the JSON is stable from one reconcile to the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shardwise.planner import memory
+
+# Reason codes (CamelCase, as metav1.Condition reasons).
+PLANNED = "Planned"
+INSUFFICIENT_GPU_MEMORY = "InsufficientGPUMemory"
+NO_NVLINK_DOMAIN = "NoNVLinkDomain"
+NO_MATCHING_NODES = "NoMatchingNodes"
+INVALID_PARALLELISM = "InvalidParallelism"
+NOT_ENOUGH_GPUS = "NotEnoughGPUs"
+
+
+@dataclass(frozen=True)
+class Predicted:
+    itl_ms: float
+    ttft_ms: float
+    tokens_per_second: float
+    hourly_usd: float
+    per_million_output_tokens_usd: float
+    price_source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "itlMs": round(self.itl_ms, 2),
+            "ttftMs": round(self.ttft_ms, 1),
+            "tokensPerSecond": round(self.tokens_per_second, 1),
+            "hourlyUSD": round(self.hourly_usd, 2),
+            "perMillionOutputTokensUSD": round(self.per_million_output_tokens_usd, 3),
+            "priceSource": self.price_source,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    feasible: bool
+    reason: str
+    reason_code: str
+    tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    gpus_per_replica: int | None = None
+    nodes_per_replica: int | None = None
+    gpus_per_node: int | None = None
+    gpu_product: str | None = None
+    interconnect: str | None = None
+    schedulable_now: bool = False
+    capacity_message: str = ""
+    predicted: Predicted | None = None
+    memory: memory.MemoryFit | None = None
+    alternatives: tuple[Plan, ...] = ()
+    rejected_because: str | None = None
+
+    def _body(self) -> dict[str, Any]:
+        fit = self.memory
+        return {
+            "feasible": self.feasible,
+            "tensorParallel": self.tensor_parallel,
+            "pipelineParallel": self.pipeline_parallel,
+            "gpusPerReplica": self.gpus_per_replica,
+            "nodesPerReplica": self.nodes_per_replica,
+            "gpusPerNode": self.gpus_per_node,
+            "gpuProduct": self.gpu_product,
+            "interconnect": self.interconnect,
+            "reason": self.reason,
+            "reasonCode": self.reason_code,
+            "schedulableNow": self.schedulable_now,
+            "capacityMessage": self.capacity_message,
+            "predicted": self.predicted.to_dict() if self.predicted else None,
+            "memory": {
+                "weightsGiBPerGPU": round(fit.weights_gib, 2),
+                "kvCacheGiBPerGPU": round(fit.kv_cache_gib, 2),
+                "overheadGiBPerGPU": round(fit.overhead_gib, 2),
+                "usableGiBPerGPU": round(fit.usable_gib, 2),
+            }
+            if fit
+            else None,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """camelCase JSON-ready dict: the contract of `shardwise plan -o json` and status.plan."""
+        body = self._body()
+        body["alternatives"] = [
+            {**alternative._body(), "rejectedBecause": alternative.rejected_because or ""}
+            for alternative in self.alternatives
+        ]
+        return body

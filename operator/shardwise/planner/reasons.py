@@ -1,0 +1,262 @@
+"""The words of a plan: one or two sentences with the numbers that decided it.
+
+A platform engineer should be able to check every claim against the node labels and the spec, so
+each reason names the layout, the per-GPU memory arithmetic and the comparison that won, and says
+plainly when a figure rests on an assumption (unlabelled topology, unknown GPU, shared GPUs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from shardwise.planner import inventory, memory, plans
+from shardwise.planner.request import PlanRequest
+
+if TYPE_CHECKING:  # search imports this module; the type only is needed here
+    from shardwise.planner.search import Candidate
+
+
+def _label(c: Candidate) -> str:
+    return f"TP{c.layout.tp} x PP{c.layout.pp}"
+
+
+def topology(shape: inventory.GpuShape) -> str:
+    if not shape.topology_labelled:
+        return "topology unlabelled, treated as PCIe"
+    if shape.interconnect == "nvswitch":
+        return f"NVSwitch, {shape.nvlink_gbps:.0f} GB/s NVLink"
+    if shape.interconnect == "nvlink":
+        domain = "bridge pairs" if shape.nvlink_domain == 2 else f"domains of {shape.nvlink_domain}"
+        return f"NVLink {domain}"
+    return "PCIe only"
+
+
+def _where(c: Candidate) -> str:
+    shape, lay = c.shape, c.layout
+    if lay.tp_spans_nodes:
+        return f"across {lay.nodes} nodes of one NVLink clique ({shape.gpus_per_node}x {shape.product} each)"
+    if lay.nodes > 1:
+        return f"across {lay.nodes} nodes of {shape.gpus_per_node}x {shape.product} ({topology(shape)})"
+    if lay.gpus_per_node < shape.gpus_per_node:
+        return f"on {lay.gpus_per_node} of the {shape.gpus_per_node} {shape.product} GPUs of one node ({topology(shape)})"
+    return f"on one node of {shape.gpus_per_node}x {shape.product} ({topology(shape)})"
+
+
+def _memory_words(request: PlanRequest, fit: memory.MemoryFit) -> str:
+    return (
+        f"per GPU {fit.weights_gib:.1f} GiB weights + {fit.kv_cache_gib:.1f} GiB KV cache "
+        f"({request.max_concurrency} x {request.max_model_len} tokens) + {fit.overhead_gib:.1f} GiB "
+        f"overhead = {fit.needed_gib:.1f} of {fit.usable_gib:.1f} GiB usable"
+    )
+
+
+def _totals(request: PlanRequest) -> tuple[float, float]:
+    """(weights GiB, KV cache GiB) for the whole replica."""
+    arch = request.arch
+    weights = arch.parameters * request.bytes_per_weight / memory.GIB
+    kv = request.max_concurrency * request.max_model_len * memory.kv_bytes_per_token(arch) / memory.GIB
+    return weights, kv
+
+
+def layout_summary(request: PlanRequest, c: Candidate) -> str:
+    return f"{_label(c)} {_where(c)}: {_memory_words(request, c.fit)}."
+
+
+def rejected_because(request: PlanRequest, chosen: Candidate | None, c: Candidate) -> str:
+    fit = c.fit
+    if not fit.fits:
+        text = f"does not fit: needs {fit.needed_gib:.1f} GiB per GPU, {fit.usable_gib:.1f} GiB usable"
+        if fit.sequences_that_fit:
+            text += f" (KV room for {fit.sequences_that_fit} of {request.max_concurrency} sequences)"
+        return text
+    assert chosen is not None  # a fitting alternative only exists beside a chosen plan
+    mine, theirs = c.prediction, chosen.prediction
+    if request.objective == "Throughput":
+        return f"lower throughput per GPU: {c.tokens_per_gpu:.0f} vs {chosen.tokens_per_gpu:.0f} tokens/s/GPU"
+    if request.objective == "Cost":
+        if c.hourly_usd > chosen.hourly_usd:
+            text = f"costs more: ${c.hourly_usd:.2f}/h vs ${chosen.hourly_usd:.2f}/h per replica"
+            if c.per_million_usd < chosen.per_million_usd:
+                text += (
+                    f" (though ${c.per_million_usd:.2f} vs ${chosen.per_million_usd:.2f} per 1M output "
+                    "tokens when kept busy)"
+                )
+            return text
+        return f"${c.per_million_usd:.2f} vs ${chosen.per_million_usd:.2f} per 1M output tokens"
+    if mine.itl_s < theirs.itl_s:
+        gain = (1 - mine.itl_s / theirs.itl_s) * 100
+        return (
+            f"{gain:.0f}% lower ITL ({mine.itl_s * 1e3:.1f} vs {theirs.itl_s * 1e3:.1f} ms) is not worth "
+            f"{c.layout.gpus} GPUs instead of {chosen.layout.gpus}"
+        )
+    return f"higher predicted ITL: {mine.itl_s * 1e3:.1f} ms vs {theirs.itl_s * 1e3:.1f} ms"
+
+
+def _multi_node(request: PlanRequest, c: Candidate) -> str:
+    weights, kv = _totals(request)
+    node_usable = c.fit.usable_gib * c.shape.gpus_per_node
+    head = (
+        f"One node holds {node_usable:.0f} GiB usable, less than the {weights:.0f} GiB of weights + "
+        f"{kv:.0f} GiB of KV cache"
+    )
+    if c.layout.tp_spans_nodes:
+        return f"{head}; the nodes share an NVLink clique, so TP{c.layout.tp} spans {c.layout.tp // c.layout.gpus_per_node} nodes."
+    return f"{head}, so TP stays inside each node and PP{c.layout.pp} runs across {c.layout.nodes} nodes."
+
+
+def _objective(request: PlanRequest, chosen: Candidate, ranked: Sequence[Candidate], everything: Sequence[Candidate]) -> str:
+    pred = chosen.prediction
+    runner = ranked[1] if len(ranked) > 1 else None
+    if request.tensor or request.pipeline:
+        return (
+            f"Layout set in spec.parallelism; predicted ITL {pred.itl_s * 1e3:.1f} ms, "
+            f"TTFT {pred.ttft_s * 1e3:.0f} ms, {pred.tokens_per_s:.0f} tokens/s."
+        )
+    if request.objective == "Throughput":
+        text = (
+            f"Highest predicted throughput per GPU: {chosen.tokens_per_gpu:.0f} tokens/s/GPU "
+            f"({pred.tokens_per_s:.0f} tokens/s for {request.max_concurrency} streams)"
+        )
+        if runner:
+            text += f"; next {_label(runner)} on {runner.shape.product} at {runner.tokens_per_gpu:.0f}"
+        return text + "."
+    if request.objective == "Cost":
+        text = (
+            f"Cheapest replica that fits: {chosen.layout.gpus} GPU(s) at ${chosen.hourly_usd:.2f}/h "
+            f"({chosen.price_source} price), ${chosen.per_million_usd:.2f} per 1M output tokens"
+        )
+        smaller = [
+            c for c in everything
+            if not c.fit.fits and c.shape == chosen.shape and c.layout.gpus < chosen.layout.gpus
+        ]
+        if smaller:
+            near = max(smaller, key=lambda c: (c.layout.gpus, -c.fit.needed_gib))
+            text += f"; {_label(near)} would need {near.fit.needed_gib:.1f} GiB per GPU"
+        return text + "."
+    text = (
+        f"Lowest predicted ITL of the {len(ranked)} layout{'s' if len(ranked) > 1 else ''} that fit: "
+        f"{pred.itl_s * 1e3:.1f} ms/token "
+        f"(TTFT {pred.ttft_s * 1e3:.0f} ms)"
+    )
+    faster = [c for c in ranked[1:] if c.prediction.itl_s < pred.itl_s]
+    if faster:
+        best = faster[0]
+        gain = (1 - best.prediction.itl_s / pred.itl_s) * 100
+        text += f"; {_label(best)} would be only {gain:.0f}% faster on {best.layout.gpus} GPUs"
+    elif runner:
+        text += f"; next {_label(runner)} at {runner.prediction.itl_s * 1e3:.1f} ms"
+    return text + "."
+
+
+def _pcie_comparison(request: PlanRequest, chosen: Candidate, everything: Sequence[Candidate]) -> str:
+    """TP over PCIe against PP on the same GPUs, with the margin, when the node has no NVLink."""
+    lay = chosen.layout
+    if chosen.shape.nvlink_domain > 1 or lay.gpus_per_node == 1:
+        return ""
+    want = (1, lay.gpus) if lay.tp > 1 else (lay.gpus_per_node, lay.nodes)
+    others = [
+        c for c in everything
+        if c.eligible == chosen.eligible and (c.layout.tp, c.layout.pp) == want and c.layout.nodes == lay.nodes
+    ]
+    if not others or want == (lay.tp, lay.pp):
+        return ""
+    other = others[0]
+    a, b = chosen.prediction, other.prediction
+    text = (
+        f"Without NVLink, {_label(chosen)} predicts {a.itl_s * 1e3:.1f} ms/token and {a.tokens_per_s:.0f} "
+        f"tokens/s against {b.itl_s * 1e3:.1f} ms and {b.tokens_per_s:.0f} tokens/s for {_label(other)}"
+    )
+    if lay.tp > 1:
+        ratio = b.itl_s / a.itl_s
+        text += (
+            f" ({ratio:.1f}x lower ITL): vLLM's docs favour PP on PCIe for throughput, but at "
+            f"{request.max_concurrency} streams decoding is bound by weight reads, which TP{lay.tp} splits, "
+            f"more than by its {2 * request.arch.layers} small all-reduces per token"
+        )
+    else:
+        text += f": PP avoids {2 * request.arch.layers} PCIe all-reduces per token, as vLLM's docs advise without NVLink"
+    if not other.fit.fits:
+        text += f" ({_label(other)} does not fit memory)"
+    return text + "."
+
+
+def _caveats(shape: inventory.GpuShape) -> str:
+    notes = []
+    if not shape.topology_labelled:
+        notes.append(
+            "Nodes lack shardwise.io/gpu-interconnect and nvlink-domain-size labels, so GPUs are "
+            "treated as PCIe-only (run the shardwise labeler to allow NVLink TP)."
+        )
+    if not shape.gpu.known:
+        notes.append(
+            f"{shape.product} is not in the GPU catalog: conservative bandwidth "
+            f"({shape.gpu.memory_bandwidth_gbps:.0f} GB/s) and compute assumed."
+        )
+    if shape.shared:
+        notes.append("GPUs are time-shared (-SHARED): predictions assume exclusive use.")
+    return " ".join(notes)
+
+
+def planned(
+    request: PlanRequest, chosen: Candidate, ranked: Sequence[Candidate], everything: Sequence[Candidate]
+) -> str:
+    parts = [layout_summary(request, chosen)]
+    if chosen.layout.nodes > 1:
+        parts.append(_multi_node(request, chosen))
+    parts.append(_objective(request, chosen, ranked, everything))
+    parts.append(_pcie_comparison(request, chosen, everything))
+    parts.append(_caveats(chosen.shape))
+    return " ".join(p for p in parts if p)
+
+
+def no_matching_nodes(request: PlanRequest, inv: inventory.Inventory, excluded: dict[str, int]) -> str:
+    if not inv.gpu_nodes:
+        return f"No GPU nodes in the inventory ({inv.non_gpu_nodes} nodes without nvidia.com/gpu)."
+    parts = ", ".join(f"{count} by {rule}" for rule, count in excluded.items())
+    text = f"None of the {inv.gpu_nodes} GPU nodes matches spec.placement: excluded {parts}."
+    if "gpuProducts" in excluded:
+        have = sorted({p.shape.product for p in inv.pools})
+        text += f" Asked for {', '.join(request.gpu_products)}; the cluster has {', '.join(have)}."
+    return text
+
+
+def no_layout(
+    request: PlanRequest, shapes: Sequence[inventory.GpuShape], node_counts: Sequence[int]
+) -> tuple[str, str]:
+    """Why a hand-set TP/PP has no legal placement: (reason code, text)."""
+    tp, pp = request.tensor or 1, request.pipeline or 1
+    domains = [s for s in shapes if s.nvlink_domain > 1]
+    if request.tensor and domains and all(tp > s.nvlink_domain for s in domains) and len(domains) == len(shapes):
+        widest = max(domains, key=lambda s: (s.nvlink_domain, s.product))
+        return plans.NO_NVLINK_DOMAIN, (
+            f"TP{tp} must stay inside one NVLink domain; the largest on matching nodes is "
+            f"{widest.nvlink_domain} GPUs ({widest.product}, {topology(widest)})."
+        )
+    most = max(s.gpus_per_node for s in shapes)
+    total = sum(s.gpus_per_node * n for s, n in zip(shapes, node_counts))
+    return plans.NOT_ENOUGH_GPUS, (
+        f"TP{tp} x PP{pp} has no placement: TP needs {tp} GPUs in one node (or NVLink clique) and the "
+        f"replica {tp * pp} GPUs; matching nodes have at most {most} GPUs each, {total} in total."
+    )
+
+
+def insufficient_memory(request: PlanRequest, closest: Candidate) -> str:
+    weights, kv = _totals(request)
+    fit = closest.fit
+    text = (
+        f"{request.model_name} ({request.weight_format}) needs {weights:.1f} GiB of weights + {kv:.1f} GiB "
+        f"of KV cache for {request.max_concurrency} x {request.max_model_len} tokens; the closest layout, "
+        f"{_label(closest)} {_where(closest)}, needs {fit.needed_gib:.1f} GiB per GPU against "
+        f"{fit.usable_gib:.1f} GiB usable ({request.gpu_memory_utilization:g} x GPU memory)."
+    )
+    if fit.sequences_that_fit:
+        text += (
+            f" It has KV room for {fit.sequences_that_fit} of {request.max_concurrency} sequences: lower "
+            "spec.serving.maxConcurrency or maxModelLen, or add nodes."
+        )
+    else:
+        text += f" Weights alone take {fit.weights_gib:.1f} GiB per GPU there."
+    if closest.layout.nodes == len(closest.eligible.nodes) and closest.layout.nodes > 1:
+        text += f" All {closest.layout.nodes} matching {closest.shape.product} nodes are used."
+    return text

@@ -1,0 +1,254 @@
+"""What the planner is asked: an InferenceDeployment's spec, read and validated into plain data.
+
+Reading the spec here, rather than through the API package's pydantic models, keeps the planner
+usable from the offline CLI on any YAML and makes every bad field a `PlanInputError` naming the
+field, which the CLI and the operator turn into a one-line message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shardwise import pricing
+from shardwise.planner import models, placement
+
+OBJECTIVES = ("Latency", "Throughput", "Cost")
+
+# Bytes per weight: bf16/fp16 2, fp8 1, AWQ/GPTQ int4 0.5 (GPU-FACTS.md, "Memory"). Scales, zero
+# points and unquantized embeddings add a few percent, which the overhead term absorbs.
+_DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0}
+_QUANTIZATION_BYTES = {"awq": 0.5, "gptq": 0.5}
+_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "auto": "bfloat16"}
+
+_DEFAULT_MAX_MODEL_LEN = 8192
+_DEFAULT_MAX_CONCURRENCY = 16
+_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+
+
+class PlanInputError(ValueError):
+    """A field of the request is missing or wrong; `field` is its dotted path in the spec."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything the planner needs from a deployment, validated."""
+
+    model_name: str
+    arch: models.ModelArch
+    dtype: str
+    quantization: str | None
+    max_model_len: int
+    max_concurrency: int
+    gpu_memory_utilization: float
+    objective: str
+    tensor: int | None
+    pipeline: int | None
+    gpu_products: tuple[str, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[placement.Toleration, ...] = ()
+    gpu_hour_usd: float | None = None
+
+    @property
+    def bytes_per_weight(self) -> float:
+        if self.quantization:
+            return _QUANTIZATION_BYTES[self.quantization]
+        return _DTYPE_BYTES[self.dtype]
+
+    @property
+    def weight_format(self) -> str:
+        """How weights are stored, in words for reasons: "bf16", "fp8", "awq int4"."""
+        if self.quantization:
+            return f"{self.quantization} int4"
+        return {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8"}[self.dtype]
+
+
+def _section(spec: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = spec.get(name) or {}
+    if not isinstance(value, Mapping):
+        raise PlanInputError(f"spec.{name}", "must be an object")
+    return value
+
+
+def _positive_int(value: Any, field: str, default: int | None) -> int | None:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise PlanInputError(field, f"must be a positive integer, got {value!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise PlanInputError(field, f"must be a positive integer, got {value!r}") from None
+    if number < 1:
+        raise PlanInputError(field, f"must be a positive integer, got {value!r}")
+    return number
+
+
+_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
+_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+def _parameter_count(value: Any, field: str) -> float:
+    """Accept 70600000000, 7.06e10, "70.6B", "671b", "1.2T"."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        count = float(value)
+    else:
+        match = _COUNT.match(str(value))
+        if not match:
+            raise PlanInputError(field, f"must be a count such as 70.6e9 or \"70.6B\", got {value!r}")
+        count = float(match.group(1)) * _SCALE[match.group(2).lower()]
+    if count < 1e6:
+        raise PlanInputError(field, f"{value!r} is not a plausible parameter count")
+    return count
+
+
+def _architecture(name: str, given: Mapping[str, Any]) -> models.ModelArch:
+    """The catalog entry for `name` with `given` fields overriding it; all of it for unknown models."""
+    field = "spec.model.architecture"
+    base = models.lookup_model(name)
+    if base is None:
+        missing = [
+            key for key in ("parameters", "layers", "hiddenSize", "attentionHeads") if key not in given
+        ]
+        if missing:
+            raise PlanInputError(
+                field,
+                f"model {name!r} is not in the built-in catalog; set {', '.join(missing)}",
+            )
+    layers = _positive_int(given.get("layers"), f"{field}.layers", base and base.layers)
+    hidden = _positive_int(given.get("hiddenSize"), f"{field}.hiddenSize", base and base.hidden_size)
+    heads = _positive_int(
+        given.get("attentionHeads"), f"{field}.attentionHeads", base and base.attention_heads
+    )
+    assert layers and hidden and heads  # guaranteed by the missing-field check above
+    kv_heads = _positive_int(given.get("kvHeads"), f"{field}.kvHeads", base.kv_heads if base else heads)
+    head_dim = _positive_int(
+        given.get("headDim"), f"{field}.headDim", base.head_dim if base else hidden // heads
+    )
+    assert kv_heads and head_dim
+    if heads % kv_heads:
+        raise PlanInputError(f"{field}.kvHeads", f"{kv_heads} does not divide attentionHeads {heads}")
+    parameters = (
+        _parameter_count(given["parameters"], f"{field}.parameters")
+        if "parameters" in given
+        else base.parameters  # type: ignore[union-attr]
+    )
+    if "activeParameters" in given:
+        active = _parameter_count(given["activeParameters"], f"{field}.activeParameters")
+    elif base is not None and "parameters" not in given:
+        active = base.active_parameters
+    else:
+        active = parameters
+    if active > parameters:
+        raise PlanInputError(f"{field}.activeParameters", "exceeds parameters")
+    return models.ModelArch(
+        name=base.name if base else name,
+        layers=layers,
+        hidden_size=hidden,
+        attention_heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        parameters=parameters,
+        active_parameters=active,
+        source=base.source if base and not given else "spec.model.architecture",
+    )
+
+
+def _tolerations(value: Any) -> tuple[placement.Toleration, ...]:
+    field = "spec.placement.tolerations"
+    if not isinstance(value, list):
+        raise PlanInputError(field, "must be a list of tolerations")
+    result = []
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise PlanInputError(f"{field}[{index}]", "must be an object")
+        operator = str(item.get("operator") or "Equal")
+        if operator not in ("Equal", "Exists"):
+            raise PlanInputError(f"{field}[{index}].operator", f"must be Equal or Exists, got {operator!r}")
+        result.append(
+            placement.Toleration(
+                key=str(item.get("key") or ""),
+                operator=operator,
+                value=str(item.get("value") or ""),
+                effect=str(item.get("effect") or ""),
+            )
+        )
+    return tuple(result)
+
+
+def request_from_spec(spec: Mapping[str, Any]) -> PlanRequest:
+    """Read and validate an InferenceDeployment `.spec` (camelCase keys) into a PlanRequest."""
+    if not isinstance(spec, Mapping):
+        raise PlanInputError("spec", "must be an object")
+    model = _section(spec, "model")
+    serving = _section(spec, "serving")
+    parallelism = _section(spec, "parallelism")
+    placement_spec = _section(spec, "placement")
+    pricing_spec = _section(spec, "pricing")
+
+    name = model.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise PlanInputError("spec.model.name", "is required (a Hugging Face repo id)")
+    architecture = model.get("architecture") or {}
+    if not isinstance(architecture, Mapping):
+        raise PlanInputError("spec.model.architecture", "must be an object")
+
+    dtype = str(model.get("dtype") or "bfloat16").lower()
+    dtype = _DTYPE_ALIASES.get(dtype, dtype)
+    if dtype not in _DTYPE_BYTES:
+        raise PlanInputError("spec.model.dtype", f"must be bfloat16, float16 or fp8, got {dtype!r}")
+    quantization = model.get("quantization")
+    if quantization is not None:
+        quantization = str(quantization).lower()
+        if quantization not in _QUANTIZATION_BYTES:
+            raise PlanInputError("spec.model.quantization", f"must be awq or gptq, got {quantization!r}")
+
+    utilization = serving.get("gpuMemoryUtilization", _DEFAULT_GPU_MEMORY_UTILIZATION)
+    try:
+        utilization = float(utilization)
+    except (TypeError, ValueError):
+        raise PlanInputError("spec.serving.gpuMemoryUtilization", f"must be a number, got {utilization!r}") from None
+    if not 0.05 <= utilization <= 1.0:
+        raise PlanInputError("spec.serving.gpuMemoryUtilization", f"must be in (0.05, 1], got {utilization}")
+
+    objective = str(parallelism.get("objective") or "Latency")
+    if objective not in OBJECTIVES:
+        raise PlanInputError("spec.parallelism.objective", f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+
+    products = placement_spec.get("gpuProducts") or []
+    if not isinstance(products, list) or not all(isinstance(p, str) for p in products):
+        raise PlanInputError("spec.placement.gpuProducts", "must be a list of GPU product strings")
+    selector = placement_spec.get("nodeSelector") or {}
+    if not isinstance(selector, Mapping):
+        raise PlanInputError("spec.placement.nodeSelector", "must be a map of label to value")
+
+    price = pricing_spec.get("gpuHourUSD")
+    if price is not None:
+        try:
+            price = pricing.parse_price(price)
+        except ValueError as error:
+            raise PlanInputError("spec.pricing.gpuHourUSD", str(error)) from None
+
+    return PlanRequest(
+        model_name=name.strip(),
+        arch=_architecture(name, architecture),
+        dtype=dtype,
+        quantization=quantization,
+        max_model_len=_positive_int(serving.get("maxModelLen"), "spec.serving.maxModelLen", _DEFAULT_MAX_MODEL_LEN),  # type: ignore[arg-type]
+        max_concurrency=_positive_int(serving.get("maxConcurrency"), "spec.serving.maxConcurrency", _DEFAULT_MAX_CONCURRENCY),  # type: ignore[arg-type]
+        gpu_memory_utilization=utilization,
+        objective=objective,
+        tensor=_positive_int(parallelism.get("tensor"), "spec.parallelism.tensor", None),
+        pipeline=_positive_int(parallelism.get("pipeline"), "spec.parallelism.pipeline", None),
+        gpu_products=tuple(products),
+        node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+        tolerations=_tolerations(placement_spec.get("tolerations") or []),
+        gpu_hour_usd=price,
+    )

@@ -1,0 +1,318 @@
+"""The TP/PP search: enumerate legal layouts per node pool, score them, pick one per the objective.
+
+Steps, in order:
+1. reject hand-set TP/PP the model cannot take (InvalidParallelism);
+2. keep the pools the spec may use: GPU products, node selector, taints vs tolerations
+   (NoMatchingNodes, with what excluded each node);
+3. per pool, the single-node layouts; when none fits memory, the fewest nodes that fit;
+4. score each layout: memory fit, predicted ITL/TTFT/tokens/s, price;
+5. rank the ones that fit by the objective (InsufficientGPUMemory when none does) and keep up to
+   three runners-up as alternatives, each saying why it lost.
+Iteration is sorted throughout so the same inputs always give the same plan.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from shardwise import pricing
+from shardwise.planner import capacity, inventory, layouts, memory, performance, placement, plans, reasons
+from shardwise.planner.request import PlanRequest
+
+# Under the Latency objective a layout with more GPUs must cut ITL by this much to win: halving a
+# few percent of latency is not worth doubling the GPUs (vllm #8089, #12205 in GPU-FACTS.md).
+LATENCY_GAIN_FOR_MORE_GPUS = 0.10
+MAX_NODES_PER_REPLICA = 64
+
+
+@dataclass(frozen=True)
+class Eligible:
+    """A pool and those of its nodes the spec may use."""
+
+    pool: inventory.NodePool
+    nodes: tuple[inventory.NodeState, ...]
+
+    @property
+    def shape(self) -> inventory.GpuShape:
+        return self.pool.shape
+
+    @property
+    def largest_clique(self) -> int:
+        counts = Counter(n.clique for n in self.nodes if n.clique)
+        return max(counts.values(), default=0)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    eligible: Eligible
+    layout: layouts.Layout
+    fit: memory.MemoryFit
+    prediction: performance.Prediction
+    hourly_usd: float
+    price_source: str
+
+    @property
+    def shape(self) -> inventory.GpuShape:
+        return self.eligible.shape
+
+    @property
+    def per_million_usd(self) -> float:
+        return self.hourly_usd / (self.prediction.tokens_per_s * 3600) * 1e6
+
+    @property
+    def tokens_per_gpu(self) -> float:
+        return self.prediction.tokens_per_s / self.layout.gpus
+
+    @property
+    def identity(self) -> tuple[str, int, int, int, str, bool]:
+        lay = self.layout
+        return (self.shape.product, lay.tp, lay.pp, lay.nodes, self.shape.interconnect, lay.tp_spans_nodes)
+
+    def tie_break(self) -> tuple[str, int, int, int, str]:
+        lay = self.layout
+        return (self.shape.product, lay.gpus, -lay.tp, lay.nodes, self.eligible.nodes[0].name)
+
+
+def _eligible(request: PlanRequest, inv: inventory.Inventory) -> tuple[list[Eligible], dict[str, int]]:
+    """Pools the spec may use, and how many GPU nodes each rule excluded."""
+    excluded: Counter[str] = Counter()
+    result = []
+    for pool in inv.pools:
+        count = len(pool.nodes)
+        if not placement.product_allowed(pool.shape.product, request.gpu_products):
+            excluded["gpuProducts"] += count
+            continue
+        blocking = placement.untolerated_taints(pool.taints, request.tolerations)
+        if blocking:
+            taint = blocking[0]
+            excluded[f"taint {taint.key}={taint.value}:{taint.effect}"] += count
+            continue
+        if pool.shape.gpu.memory_mib <= 0:
+            excluded["unknown GPU product without nvidia.com/gpu.memory"] += count
+            continue
+        nodes = tuple(n for n in pool.nodes if placement.selector_matches(n.labels, request.node_selector))
+        excluded["nodeSelector"] += count - len(nodes)
+        if nodes:
+            result.append(Eligible(pool=pool, nodes=nodes))
+    return result, {k: v for k, v in sorted(excluded.items()) if v}
+
+
+def _hardware(shape: inventory.GpuShape, lay: layouts.Layout) -> performance.Hardware:
+    gpu = shape.gpu
+    if lay.tp_spans_nodes:
+        tp_link = performance.nvlink(shape.nvlink_gbps, across_nodes=True)
+    elif shape.nvlink_domain > 1:
+        tp_link = performance.nvlink(shape.nvlink_gbps)
+    else:
+        tp_link = performance.pcie(gpu.pcie_gbps)
+    stage_link = (
+        performance.nvlink(shape.nvlink_gbps)
+        if shape.interconnect == "nvswitch"
+        else performance.pcie(gpu.pcie_gbps)
+    )
+    return performance.Hardware(
+        memory_bandwidth_gbps=gpu.memory_bandwidth_gbps,
+        bf16_tflops=gpu.bf16_tflops,
+        tp_link=tp_link,
+        stage_link=stage_link,
+        inter_node_hops=(lay.pp - 1) if lay.tp_spans_nodes else (lay.nodes - 1),
+    )
+
+
+def _evaluate(
+    request: PlanRequest, eligible: Eligible, lay: layouts.Layout, prices: Mapping[str, float] | None
+) -> Candidate:
+    shape = eligible.shape
+    fit = memory.memory_per_gpu(
+        request.arch,
+        bytes_per_weight=request.bytes_per_weight,
+        max_model_len=request.max_model_len,
+        max_concurrency=request.max_concurrency,
+        gpu_memory_utilization=request.gpu_memory_utilization,
+        gpu_memory_mib=shape.gpu.memory_mib,
+        tp=lay.tp,
+        pp=lay.pp,
+    )
+    work = performance.Workload(
+        arch=request.arch,
+        bytes_per_weight=request.bytes_per_weight,
+        max_model_len=request.max_model_len,
+        max_concurrency=request.max_concurrency,
+    )
+    price, source = pricing.resolve_gpu_hour_price(shape.product, request.gpu_hour_usd, prices)
+    return Candidate(
+        eligible=eligible,
+        layout=lay,
+        fit=fit,
+        prediction=performance.predict(work, _hardware(shape, lay), lay.tp, lay.pp),
+        hourly_usd=price * lay.gpus,
+        price_source=source,
+    )
+
+
+def _wanted(request: PlanRequest, lay: layouts.Layout) -> bool:
+    return (request.tensor is None or lay.tp == request.tensor) and (
+        request.pipeline is None or lay.pp == request.pipeline
+    )
+
+
+def _pool_candidates(
+    request: PlanRequest, eligible: Eligible, prices: Mapping[str, float] | None
+) -> list[Candidate]:
+    """Single-node layouts; when none fits memory, layouts over the fewest nodes that fit."""
+    arch, shape = request.arch, eligible.shape
+    found = [
+        _evaluate(request, eligible, lay, prices)
+        for lay in layouts.single_node(arch, shape)
+        if _wanted(request, lay)
+    ]
+    if any(c.fit.fits for c in found):
+        return found
+    fixed_gpus = request.tensor * request.pipeline if request.tensor and request.pipeline else None
+    max_nodes = min(len(eligible.nodes), arch.layers, MAX_NODES_PER_REPLICA)
+    for nodes in range(2, max_nodes + 1):
+        if fixed_gpus is not None:
+            if fixed_gpus % nodes:
+                continue
+            per_node = fixed_gpus // nodes
+        else:
+            per_node = shape.gpus_per_node
+        step = [
+            _evaluate(request, eligible, lay, prices)
+            for lay in layouts.multi_node(
+                arch, shape, nodes, per_node=per_node, clique_nodes=eligible.largest_clique
+            )
+            if _wanted(request, lay)
+        ]
+        found.extend(step)
+        if any(c.fit.fits for c in step):
+            break
+    return found
+
+
+def _rank(candidates: Sequence[Candidate], objective: str) -> list[Candidate]:
+    """Candidates best first for the objective."""
+    if objective == "Throughput":
+        return sorted(
+            candidates,
+            key=lambda c: (-round(c.tokens_per_gpu, 6), c.prediction.itl_s, c.tie_break()),
+        )
+    if objective == "Cost":
+        return sorted(
+            candidates,
+            key=lambda c: (round(c.hourly_usd, 6), c.per_million_usd, c.prediction.itl_s, c.tie_break()),
+        )
+    by_gpus = sorted(candidates, key=lambda c: (c.layout.gpus, c.prediction.itl_s, c.tie_break()))
+    best = by_gpus[0]
+    for candidate in by_gpus[1:]:
+        if candidate.prediction.itl_s < best.prediction.itl_s * (1 - LATENCY_GAIN_FOR_MORE_GPUS):
+            best = candidate
+    rest = sorted(
+        (c for c in candidates if c is not best),
+        key=lambda c: (c.prediction.itl_s, c.tie_break()),
+    )
+    return [best, *rest]
+
+
+def _capacity(candidate: Candidate) -> tuple[bool, str]:
+    lay = candidate.layout
+    return capacity.check(
+        candidate.eligible.nodes,
+        nodes_needed=lay.nodes,
+        gpus_per_node=lay.gpus_per_node,
+        one_clique=lay.tp_spans_nodes,
+    )
+
+
+def _to_plan(candidate: Candidate, reason: str, code: str, rejected: str | None = None) -> plans.Plan:
+    lay, pred = candidate.layout, candidate.prediction
+    schedulable, message = _capacity(candidate)
+    return plans.Plan(
+        feasible=candidate.fit.fits,
+        reason=reason,
+        reason_code=code,
+        tensor_parallel=lay.tp,
+        pipeline_parallel=lay.pp,
+        gpus_per_replica=lay.gpus,
+        nodes_per_replica=lay.nodes,
+        gpus_per_node=lay.gpus_per_node,
+        gpu_product=candidate.shape.product,
+        interconnect=candidate.shape.interconnect,
+        schedulable_now=schedulable,
+        capacity_message=message,
+        predicted=plans.Predicted(
+            itl_ms=pred.itl_s * 1e3,
+            ttft_ms=pred.ttft_s * 1e3,
+            tokens_per_second=pred.tokens_per_s,
+            hourly_usd=candidate.hourly_usd,
+            per_million_output_tokens_usd=candidate.per_million_usd,
+            price_source=candidate.price_source,
+        ),
+        memory=candidate.fit,
+        rejected_because=rejected,
+    )
+
+
+def _alternatives(
+    request: PlanRequest, chosen: Candidate | None, ranked: Sequence[Candidate], unfit: Sequence[Candidate]
+) -> tuple[plans.Plan, ...]:
+    seen = {chosen.identity} if chosen else set()
+    picked: list[plans.Plan] = []
+    closest_unfit = sorted(unfit, key=lambda c: (c.fit.needed_gib / c.fit.usable_gib, c.tie_break()))
+    for candidate in [*ranked, *closest_unfit]:
+        if len(picked) == 3:
+            break
+        if candidate.identity in seen:
+            continue
+        seen.add(candidate.identity)
+        code = plans.PLANNED if candidate.fit.fits else plans.INSUFFICIENT_GPU_MEMORY
+        picked.append(
+            _to_plan(
+                candidate,
+                reasons.layout_summary(request, candidate),
+                code,
+                rejected=reasons.rejected_because(request, chosen, candidate),
+            )
+        )
+    return tuple(picked)
+
+
+def plan(
+    request: PlanRequest, inv: inventory.Inventory, *, prices: Mapping[str, float] | None = None
+) -> plans.Plan:
+    """Choose TP, PP, GPUs and nodes for one replica of `request` on `inv`."""
+    arch = request.arch
+    for error in (
+        layouts.tp_error(arch, request.tensor) if request.tensor else None,
+        layouts.pp_error(arch, request.pipeline) if request.pipeline else None,
+    ):
+        if error:
+            return plans.Plan(False, f"{error}.", plans.INVALID_PARALLELISM)
+
+    eligible, excluded = _eligible(request, inv)
+    if not eligible:
+        return plans.Plan(False, reasons.no_matching_nodes(request, inv, excluded), plans.NO_MATCHING_NODES)
+
+    candidates = [c for e in eligible for c in _pool_candidates(request, e, prices)]
+    if not candidates:
+        code, text = reasons.no_layout(request, [e.shape for e in eligible], [len(e.nodes) for e in eligible])
+        return plans.Plan(False, text, code)
+
+    fitting = [c for c in candidates if c.fit.fits]
+    unfit = [c for c in candidates if not c.fit.fits]
+    if not fitting:
+        closest = min(unfit, key=lambda c: (c.fit.needed_gib / c.fit.usable_gib, c.tie_break()))
+        return plans.Plan(
+            feasible=False,
+            reason=reasons.insufficient_memory(request, closest),
+            reason_code=plans.INSUFFICIENT_GPU_MEMORY,
+            alternatives=_alternatives(request, None, [], unfit),
+        )
+
+    ranked = _rank(fitting, request.objective)
+    chosen = ranked[0]
+    text = reasons.planned(request, chosen, ranked, candidates)
+    result = _to_plan(chosen, text, plans.PLANNED)
+    return plans.Plan(**{**result.__dict__, "alternatives": _alternatives(request, chosen, ranked[1:], unfit)})
