@@ -4,12 +4,15 @@ Pure: no I/O, no Kubernetes, no clock (`now` is an argument), so every case is a
 
 Algorithm, one evaluation:
 1. Hold while replicas are starting: their capacity is not in the observation yet, and acting on
-   latency they are about to fix would overshoot.
+   latency they are about to fix would overshoot. Hold one more period once they are ready: that
+   period's metrics window still mixes time before and after.
 2. Recommend. Each SLO gives a ratio observed/target; the queue gives waiting-per-ready-replica
    over its limit.
    - Pressure: the worst latency ratio is above 1 + tolerance, or the queue ratio above 1
      (latency percentiles lag a surge by a request lifetime; the queue does not). Recommend
-     ceil(current x ratio) for the larger of the two.
+     ceil(current x ratio) for the larger of the two - unless the queue is draining fast enough
+     to empty before a replica added now could serve (the last startup time, from history): then
+     the latency is the tail of a surge already absorbed, and the count holds.
    - Headroom: every latency ratio is below 1 - tolerance and the queue is within its limit.
      Project utilisation u = max(worst latency ratio, KV-cache usage) and recommend
      ceil(current x u / targetUtilization): the fewest replicas at which u stays at the target,
@@ -27,8 +30,8 @@ Worked example: minReplicas 1, maxReplicas 8, SLO TTFT p95 500 ms and ITL p95 50
 windows up 0 s / down 300 s, steps +4 / -1, targetUtilization 0.7, evaluation every 30 s.
 - t=0: 2 ready, TTFT 700 ms (ratio 1.40), ITL 40 ms (0.80). 1.40 > 1.10: recommend ceil(2 x 1.40)
   = 3. Event: "TTFT p95 700 ms > SLO 500 ms for 1 period: replicas 2 -> 3".
-- t=30, t=60: one replica starting: hold at 3.
-- t=90: 3 ready, TTFT 430 ms (0.86), ITL 35 ms (0.70), KV cache 0.55. All ratios < 0.90, but
+- t=30, t=60: one replica starting: hold at 3. t=90: all ready; hold one settling period.
+- t=120: TTFT 430 ms (0.86), ITL 35 ms (0.70), KV cache 0.55. All ratios < 0.90, but
   ceil(3 x 0.86 / 0.7) = 4 >= 3: removing a replica would breach, so hold.
 - Load falls: TTFT 150 ms (0.30), ITL 20 ms (0.40), KV cache 0.25: recommend ceil(3 x 0.40 / 0.7)
   = 2. The 300 s down window still holds recommendations of 3, so the count stays at 3 until every

@@ -173,3 +173,31 @@ def test_decision_is_recorded_for_the_windows_it_needs() -> None:
     history = History((Record(NOW - 2_000, 9, 9),)).record(decision, NOW)
     assert history.records == (Record(NOW, 3, 3, "ttft", starting=True, waiting=0.0),)
     assert decision.history_window_s >= POLICY.scale_down_stabilization_s
+
+
+def test_worked_example_of_the_docs() -> None:
+    """The worked example in decision.py and docs/autoscaling.md, step by step."""
+    history = History()
+
+    def step(at: float, observation: Observation) -> Decision:
+        nonlocal history
+        decision = decide(POLICY, observation, history, at)
+        history = history.record(decision, at)
+        return decision
+
+    first = step(0.0, obs(2, ttft_p95_ms=700.0, itl_p95_ms=40.0))
+    assert first.event_message() == "TTFT p95 700 ms > SLO 500 ms for 1 period: replicas 2 -> 3"
+    starting = obs(3, replicas_ready=2, replicas_starting=1, ttft_p95_ms=650.0, itl_p95_ms=40.0)
+    assert step(30.0, starting).desired_replicas == 3
+    assert step(60.0, starting).desired_replicas == 3
+    settling = step(90.0, obs(3, ttft_p95_ms=520.0, itl_p95_ms=38.0))
+    assert (settling.desired_replicas, settling.cause) == (
+        3, "replicas just became ready: one more period to measure them")
+    busy = step(120.0, obs(3, ttft_p95_ms=430.0, itl_p95_ms=35.0, kv_cache_usage=0.55))
+    assert busy.desired_replicas == 3 and "exceeds target 70%" in busy.reason
+    quiet = obs(3, ttft_p95_ms=150.0, itl_p95_ms=20.0, kv_cache_usage=0.25)
+    held = [step(150.0 + 30.0 * i, quiet) for i in range(10)]
+    assert {d.recommendation for d in held} == {2}
+    assert {d.desired_replicas for d in held} == {3}
+    assert "scale-down window 300 s keeps 3" in held[-1].reason
+    assert step(450.0, quiet).direction is Direction.DOWN

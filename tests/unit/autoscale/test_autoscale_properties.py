@@ -48,7 +48,7 @@ def histories(draw: st.DrawFn) -> History:
         pressure=st.sampled_from([None, "ttft", "itl", "queue", "headroom"]),
         starting=st.booleans(),
         waiting=st.floats(0.0, 1_000.0),
-    ), max_size=20))
+    ), max_size=12))
     return History(tuple(sorted(records, key=lambda r: r.at)))
 
 
@@ -71,7 +71,7 @@ def observations(draw: st.DrawFn) -> Observation:
     )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(policy=policies(), observation=observations(), history=histories())
 def test_desired_stays_within_bounds_and_capacity(
     policy: Policy, observation: Observation, history: History
@@ -116,7 +116,7 @@ def in_band(draw: st.DrawFn) -> tuple[Policy, Observation]:
     return policy, observation
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(case=in_band(), history=histories())
 def test_inside_the_tolerance_band_nothing_changes(
     case: tuple[Policy, Observation], history: History
