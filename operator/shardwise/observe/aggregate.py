@@ -45,6 +45,7 @@ class Summary:
 
     `kv_cache_usage` is the mean across pods: replicas of one deployment have equal KV caches,
     so the mean is the fraction of the fleet's KV cache in use; `running` and `waiting` are sums.
+    `pods` counts the pods whose gauges are current (scraped recently).
     """
 
     window_seconds: float
@@ -151,7 +152,7 @@ def _reset_reason(before: Sample, after: Sample) -> str | None:
             return f"{name} count went backwards ({old.count:g} -> {h.count:g})"
         if [b for b, _ in h.buckets] != [b for b, _ in old.buckets]:
             return f"{name} bucket bounds changed"
-        if any(n < o for (_, n), (_, o) in zip(h.buckets, old.buckets)):
+        if any(n < o for (_, n), (_, o) in zip(h.buckets, old.buckets, strict=True)):
             return f"{name} buckets went backwards"
     return None
 
@@ -170,20 +171,28 @@ def delta(before: Sample, after: Sample) -> Delta:
 
 
 def _histogram_minus(a: Histogram, b: Histogram) -> Histogram:
-    old = dict(b.buckets)
-    return Histogram(
-        tuple((bound, count - old.get(bound, 0.0)) for bound, count in a.buckets),
-        a.sum - b.sum,
-        a.count - b.count,
-    )
+    if len(a.buckets) == len(b.buckets) and all(
+        x[0] == y[0] for x, y in zip(a.buckets, b.buckets, strict=True)
+    ):  # the usual case, same vLLM bucket layout: a plain zip, no dict
+        buckets = tuple((x[0], x[1] - y[1]) for x, y in zip(a.buckets, b.buckets, strict=True))
+    else:
+        old = dict(b.buckets)
+        buckets = tuple((bound, count - old.get(bound, 0.0)) for bound, count in a.buckets)
+    return Histogram(buckets, a.sum - b.sum, a.count - b.count)
 
 
 def _histogram_plus(a: Histogram, b: Histogram) -> Histogram:
-    # Summed per upper bound like `sum by (le)`: a bound missing on one side adds nothing.
-    merged = dict(a.buckets)
-    for bound, count in b.buckets:
-        merged[bound] = merged.get(bound, 0.0) + count
-    return Histogram(tuple(sorted(merged.items())), a.sum + b.sum, a.count + b.count)
+    if len(a.buckets) == len(b.buckets) and all(
+        x[0] == y[0] for x, y in zip(a.buckets, b.buckets, strict=True)
+    ):
+        buckets = tuple((x[0], x[1] + y[1]) for x, y in zip(a.buckets, b.buckets, strict=True))
+    else:
+        # Summed per upper bound like `sum by (le)`: a bound missing on one side adds nothing.
+        merged = dict(a.buckets)
+        for bound, count in b.buckets:
+            merged[bound] = merged.get(bound, 0.0) + count
+        buckets = tuple(sorted(merged.items()))
+    return Histogram(buckets, a.sum + b.sum, a.count + b.count)
 
 
 def _plus(a: Delta, b: Delta) -> Delta:
@@ -221,12 +230,12 @@ def summarize(
     Rates are the sum of each delta's own rate; deltas without `seconds` add to the counts only.
     """
     total = merge(deltas)
-    timed = [d for d in deltas if d.seconds]
+    timed = [(d.seconds, d.counters) for d in deltas if d.seconds]
 
     def rate(name: str) -> float | None:
         if not timed:
             return None
-        return sum(d.counters.get(name, 0.0) / d.seconds for d in timed)  # type: ignore[operator]
+        return sum(counters.get(name, 0.0) / seconds for seconds, counters in timed)
 
     def gauge_sum(name: str) -> float | None:
         values = [g[name] for g in gauges if name in g]
@@ -276,6 +285,7 @@ class Window:
         self.window_seconds = window_seconds
         self.stale_after_s = stale_after_s
         self._pods: dict[str, _Pod] = {}
+        self._next_sweep = -math.inf
 
     def add(self, pod: str, sample: Sample, t: float) -> Delta | None:
         """Record a scrape taken at `t`; return the increase since the previous one, if any."""
@@ -287,17 +297,18 @@ class Window:
             step = delta(state.last, sample)
             state.last = sample
             state.ring.append((t, _plus(state.ring[-1][1], step)))
-        self._prune(t)
+        start = t - self.window_seconds
+        ring = self._pods[pod].ring
+        # Keep the newest entry at or before the window start: it is the baseline.
+        while len(ring) > 1 and ring[1][0] <= start:
+            ring.popleft()
+        if t >= self._next_sweep:
+            # Pods that left the window altogether are dropped now and then, not on every add:
+            # a sweep is O(pods) and a cycle adds every pod.
+            for name in [n for n, p in self._pods.items() if p.ring[-1][0] < start]:
+                del self._pods[name]
+            self._next_sweep = t + self.stale_after_s
         return step
-
-    def _prune(self, now: float) -> None:
-        start = now - self.window_seconds
-        for name in [n for n, p in self._pods.items() if p.ring[-1][0] < start]:
-            del self._pods[name]
-        for state in self._pods.values():
-            # Keep the newest entry at or before the window start: it is the baseline.
-            while len(state.ring) > 1 and state.ring[1][0] <= start:
-                state.ring.popleft()
 
     def summary(self, now: float) -> Summary:
         start = now - self.window_seconds

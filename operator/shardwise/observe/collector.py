@@ -75,7 +75,7 @@ async def scrape(
     )
     samples: dict[str, parse.Sample] = {}
     errors: dict[str, ScrapeError] = {}
-    for pod, result in zip(pods, results):
+    for pod, result in zip(pods, results, strict=True):
         if isinstance(result, parse.Sample):
             samples[pod] = result
         elif isinstance(result, ScrapeError):

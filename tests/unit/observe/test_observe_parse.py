@@ -111,3 +111,20 @@ def test_error_message_is_one_short_line() -> None:
     with pytest.raises(parse.NotPrometheusText) as info:
         parse.parse("<html>\n" + "x" * 500 + "\n</html>")
     assert "\n" not in str(info.value) and len(str(info.value)) <= 120
+
+
+def test_lines_outside_the_plain_shape_parse_the_same(t1_text: str) -> None:
+    # An escaped quote in a label, or a trailing timestamp, takes a line off parse.py's fast
+    # split and through prometheus_client's parser; the numbers must not change.
+    escaped = t1_text.replace('model_name="tiny"', 'model_name="ti\\"ny"')
+    timestamped = "\n".join(
+        line + " 1796045440000" if line.startswith("vllm:") else line
+        for line in t1_text.splitlines()
+    )
+    plain = parse.parse(t1_text)
+    for text, model in ((escaped, 'ti"ny'), (timestamped, "tiny")):
+        other = parse.parse(text)
+        assert other.model_name == model
+        assert (other.histograms, other.counters, other.gauges, other.created) == (
+            plain.histograms, plain.counters, plain.gauges, plain.created
+        )

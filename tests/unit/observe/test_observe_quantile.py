@@ -65,7 +65,7 @@ def _walk(q: float, bounds: list[float], per_bucket: list[int]) -> float:
     rank = q * total
     seen = 0
     lower = 0.0
-    for bound, n in zip(bounds, per_bucket):
+    for bound, n in zip(bounds, per_bucket, strict=True):
         if n and seen + n >= rank:
             return lower + (bound - lower) * (rank - seen) / n
         seen += n
@@ -84,7 +84,7 @@ def test_matches_a_bucket_walk(bounds: list[float], data: st.DataObject, q: floa
     if sum(per_bucket) == 0:
         return
     cumulative, running = [], 0
-    for bound, n in zip([*bounds, INF], per_bucket):
+    for bound, n in zip([*bounds, INF], per_bucket, strict=True):
         running += n
         cumulative.append((bound, float(running)))
     got = histogram_quantile(q, cumulative)
