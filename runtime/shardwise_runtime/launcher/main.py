@@ -41,6 +41,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
+from typing import NoReturn
 
 from shardwise_runtime.launcher import rendezvous, spec
 
@@ -54,7 +55,7 @@ log = logging.getLogger("shardwise.launch")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         # argparse exits 2; the contract promises 64 for every usage error.
         raise spec.UsageError(message)
 

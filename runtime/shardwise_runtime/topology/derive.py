@@ -100,8 +100,9 @@ def summarize(topology: Topology) -> Summary:
     domains = nvlink_domains(topology)
     largest = [d for d in domains if len(d) == len(domains[0])] if domains else []
     size = len(largest[0]) if largest else 0
+    bandwidth: int | None = 0
     if size <= 1:
-        interconnect, bandwidth = "pcie", 0
+        interconnect = "pcie"
     else:
         interconnect = "nvswitch" if any(_via_switch(topology, d) for d in largest) else "nvlink"
         rates = [_domain_gbps(topology, d) for d in largest]

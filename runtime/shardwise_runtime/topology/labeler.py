@@ -47,19 +47,25 @@ class Nodes(Protocol):
 
 
 class KubeNodes:
-    """Nodes through the official Kubernetes client (in-cluster config, else kubeconfig)."""
+    """Nodes through the official Kubernetes client's CoreV1Api."""
 
-    def __init__(self) -> None:
+    def __init__(self, api: Any) -> None:
+        self._api = api
+
+    @classmethod
+    def from_environment(cls) -> KubeNodes:
+        """In-cluster configuration (the DaemonSet), else the kubeconfig (a person testing)."""
         from kubernetes import client, config
 
         try:
             config.load_incluster_config()
         except config.ConfigException:
             config.load_kube_config()
-        self._api = client.CoreV1Api()
+        return cls(client.CoreV1Api())
 
     def get_labels(self, node: str) -> Mapping[str, str]:
-        return self._api.read_node(node).metadata.labels or {}
+        metadata = self._api.read_node(node).metadata
+        return (metadata.labels if metadata is not None else None) or {}
 
     def apply_labels(self, node: str, labels: Mapping[str, str]) -> None:
         body = {"apiVersion": "v1", "kind": "Node",
@@ -187,8 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in sorted(labels.items()):
             print(f"{key}={value}")
         return 0
+    if args.interval <= 0:
+        log.error("--interval must be positive, got %g", args.interval)
+        return 64
     if not args.node_name:
         log.error("no node to label: set NODE_NAME (downward API spec.nodeName) or --node-name")
         return 64
-    run(Labeler(KubeNodes(), args.node_name, open_source, probe), args.interval)
+    run(Labeler(KubeNodes.from_environment(), args.node_name, open_source, probe), args.interval)
     return 0

@@ -14,6 +14,7 @@ Format (a recording states what NVML would answer, so versions are nvmlNvlinkVer
         links:                        # link indices are numbered from 0 in this order
           - {remote: "0000:03:00.0", type: switch, count: 5}
           - {remote: "0000:3a:00.0", type: gpu, count: 1, active: false}
+Other top-level keys (`description`, `source`, `x-...` holding YAML anchors) are not read.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ class Exec:
 
 def run(argv: list[str], env: dict[str, str] | None = None, shm: int = 8 * GiB,
         group_error: str | None = None) -> tuple[int, Exec, list[str]]:
-    execs, printed = Exec(), []
+    execs, printed = Exec(), list[str]()
 
     def group(plan: spec.Rendezvous) -> None:
         if group_error:

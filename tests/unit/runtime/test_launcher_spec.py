@@ -1,5 +1,7 @@
 """The launch decided from arguments and environment: command lines, env, group, checks."""
 
+from typing import Any
+
 import pytest
 
 from shardwise_runtime import vllm_flags
@@ -12,9 +14,9 @@ LWS_WORKER = {**LWS_LEADER, "LWS_WORKER_INDEX": "1", "POD_IP": "10.1.0.8"}
 
 
 def build(serve_args: list[str], env: dict[str, str] | None = None,
-          interconnect: spec.Interconnect = NVSWITCH, **inputs: object) -> spec.LaunchSpec:
+          interconnect: spec.Interconnect = NVSWITCH, **inputs: Any) -> spec.LaunchSpec:
     return spec.build_launch(spec.LaunchInputs(interconnect=interconnect,
-                                               serve_args=tuple(serve_args), **inputs),  # type: ignore[arg-type]
+                                               serve_args=tuple(serve_args), **inputs),
                              env or {})
 
 
@@ -126,6 +128,6 @@ def test_only_paths_written_as_paths_are_checked(model: str, path: str | None) -
     (["m/m"], {}, {"nodes": 0}, "at least 1"),
 ])
 def test_inconsistent_launches_are_usage_errors(serve_args: list[str], env: dict[str, str],
-                                               inputs: dict[str, object], message: str) -> None:
+                                               inputs: dict[str, Any], message: str) -> None:
     with pytest.raises(spec.UsageError, match=message):
         build(serve_args, env, **inputs)

@@ -1,6 +1,7 @@
 """Labels for every recorded topology, and the decisions behind them."""
 
 import dataclasses
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -38,8 +39,7 @@ def test_every_recording_is_tested_and_the_test_copies_match_the_packaged_ones()
     names = recorded.recorded_names()
     assert len(names) == 7
     for name in names:
-        packaged = Path(str(recorded.resources.files("shardwise_runtime.topology")
-                            .joinpath(f"fixtures/{name}.yaml")))
+        packaged = resources.files("shardwise_runtime.topology").joinpath(f"fixtures/{name}.yaml")
         assert (TEST_COPIES / f"{name}.yaml").read_text() == packaged.read_text(), name
 
 

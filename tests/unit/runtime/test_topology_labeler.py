@@ -9,10 +9,14 @@ from shardwise_runtime.topology import derive, labeler, nvml, recorded
 
 
 class FakeNodes:
-    def __init__(self, labels: dict[str, str] | None = None, fail: bool = False) -> None:
+    """A node's labels under server-side apply: an apply replaces the fields its manager owns."""
+
+    def __init__(self, labels: dict[str, str] | None = None, fail: bool = False,
+                 owned: tuple[str, ...] = ()) -> None:
         self.labels = dict(labels or {})
         self.applies: list[dict[str, str]] = []
         self.fail = fail
+        self.owned = set(owned)
 
     def get_labels(self, node: str) -> Mapping[str, str]:
         if self.fail:
@@ -21,9 +25,9 @@ class FakeNodes:
 
     def apply_labels(self, node: str, labels: Mapping[str, str]) -> None:
         self.applies.append(dict(labels))
-        # Server-side apply: our fields replace our previous ones, others' stay.
-        for key in derive.OWNED_LABELS:
-            self.labels.pop(key, None)
+        for key in self.owned - set(labels):
+            del self.labels[key]
+        self.owned = set(labels)
         self.labels.update(labels)
 
 
@@ -58,8 +62,10 @@ def test_a_hand_edit_of_an_owned_label_is_reverted() -> None:
 
 
 def test_first_check_applies_even_when_labels_match_so_stale_fields_are_dropped() -> None:
+    # A previous run measured bandwidth; this one does not: the label must go.
     wanted = labeler.desired_labels(fixture("l40s-8x"))
-    nodes = FakeNodes({**wanted, derive.MEASURED_BUSBW: "123"})
+    nodes = FakeNodes({**wanted, derive.MEASURED_BUSBW: "123"},
+                      owned=(*wanted, derive.MEASURED_BUSBW))
     assert labeler.Labeler(nodes, "gpu-1", fixture("l40s-8x")).check() is True
     assert derive.MEASURED_BUSBW not in nodes.labels
 
@@ -123,3 +129,23 @@ def test_dry_run_with_an_unknown_fixture_is_a_usage_error() -> None:
 def test_without_a_node_name_it_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NODE_NAME", raising=False)
     assert labeler.main(["--fixture", "dgx-h100"]) == 64
+
+
+def test_kube_nodes_applies_only_labels_server_side_as_the_labeler() -> None:
+    calls: list[tuple[tuple[object, ...], dict[str, object]]] = []
+
+    class Api:
+        def patch_node(self, *args: object, **kwargs: object) -> None:
+            calls.append((args, kwargs))
+
+    labeler.KubeNodes(Api()).apply_labels("gpu-1", {derive.DOMAIN_SIZE: "8"})
+    [(args, kwargs)] = calls
+    assert args == ("gpu-1", {"apiVersion": "v1", "kind": "Node",
+                              "metadata": {"name": "gpu-1",
+                                           "labels": {derive.DOMAIN_SIZE: "8"}}})
+    assert kwargs == {"field_manager": "shardwise-labeler", "force": True,
+                      "_content_type": "application/apply-patch+yaml"}
+
+
+def test_a_zero_interval_is_refused_rather_than_spinning() -> None:
+    assert labeler.main(["--fixture", "dgx-h100", "--node-name", "gpu-1", "--interval", "0"]) == 64
