@@ -163,8 +163,10 @@ def _check_policy(policy: Policy) -> None:
         raise PolicyError("autoscaling.slo: every target must be greater than zero")
     if not 0 <= policy.tolerance < 1:
         raise PolicyError(f"autoscaling.tolerance: must be in [0, 1), got {policy.tolerance}")
-    if policy.scale_up_stabilization_s < 0 or policy.scale_down_stabilization_s < 0:
-        raise PolicyError("autoscaling.scale*StabilizationSeconds: must be >= 0")
+    for key, seconds in (("scaleUpStabilizationSeconds", policy.scale_up_stabilization_s),
+                         ("scaleDownStabilizationSeconds", policy.scale_down_stabilization_s)):
+        if seconds < 0:
+            raise PolicyError(f"autoscaling.{key}: must be >= 0, got {seconds:g}")
     if not policy.evaluation_period_s > 0:
         raise PolicyError(
             f"autoscaling.evaluationPeriodSeconds: must be > 0, got {policy.evaluation_period_s}"
