@@ -278,7 +278,9 @@ class Window:
     A pod's first scrape is a baseline only: what it counted before we saw it is not attributed
     to the window. Gauges come only from pods scraped within `stale_after_s`, so a vanished
     pod stops counting as running work at once, while the requests it served stay in the
-    window's counts until they age out.
+    window's counts until they age out. A pod's increase runs from its newest scrape at or
+    before `now - window_seconds` (else its first) to its newest, so it spans the window plus at
+    most one scrape interval; rates divide by that actual span.
     """
 
     def __init__(self, window_seconds: float = 300.0, stale_after_s: float = 60.0) -> None:
