@@ -91,7 +91,8 @@ def build_launch(inputs: LaunchInputs, env: Mapping[str, str]) -> LaunchSpec:
     serve_args = list(inputs.serve_args)
     if not serve_args or serve_args[0].startswith("-"):
         raise UsageError("the vllm serve arguments after `--` must start with the model")
-    nodes = inputs.nodes if inputs.nodes is not None else _env_int(env, "LWS_GROUP_SIZE") or 1
+    nodes = inputs.nodes if inputs.nodes is not None else _env_int(env, "LWS_GROUP_SIZE")
+    nodes = 1 if nodes is None else nodes
     if nodes < 1:
         raise UsageError(f"--nodes must be at least 1, got {nodes}")
     warnings = [f"{flag} is not a vllm 0.32 serve flag; passing it on"
@@ -105,10 +106,10 @@ def build_launch(inputs: LaunchInputs, env: Mapping[str, str]) -> LaunchSpec:
     elif inputs.role is Role.WORKER:
         raise UsageError("--role worker needs --nodes (or LWS_GROUP_SIZE) above 1")
 
-    gpus_per_node = _world_size(serve_args) // nodes
-    if _world_size(serve_args) % nodes:
-        raise UsageError(f"tensor x pipeline parallel size {_world_size(serve_args)} "
-                         f"does not divide over {nodes} nodes")
+    world = _world_size(serve_args)
+    if world % nodes:
+        raise UsageError(f"tensor x pipeline parallel size {world} does not divide over "
+                         f"{nodes} nodes")
     added = interconnect_env(inputs.interconnect)
     pod_ip = env.get("POD_IP")
     if pod_ip:
@@ -123,7 +124,7 @@ def build_launch(inputs: LaunchInputs, env: Mapping[str, str]) -> LaunchSpec:
         argv=argv,
         rendezvous=rendezvous,
         model_path=local_model_path(serve_args[0]),
-        min_shm_bytes=inputs.min_shm_mib * 1024 * 1024 if gpus_per_node > 1 else 0,
+        min_shm_bytes=inputs.min_shm_mib * 2**20 if world // nodes > 1 else 0,
         warnings=tuple(warnings),
     )
 

@@ -1,6 +1,8 @@
 """The launcher shell: argument parsing, dry run, checks and their exit codes, exec."""
 
 import json
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,28 @@ def test_vllm_missing_from_path_exits_127() -> None:
     code = main.launch(["--interconnect", "nvlink", "--", "m/m"], {}, shm_bytes=lambda: GiB,
                        execvpe=no_vllm)
     assert code == main.EXIT_NO_VLLM
+
+
+def test_leader_and_worker_form_the_group_over_localhost_then_exec() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    common = ["--interconnect", "nvswitch", "--leader-address", "127.0.0.1",
+              "--rendezvous-port", port, "--group-timeout", "10", "--",
+              "meta-llama/Llama-3.1-405B-Instruct", "-tp", "8", "-pp", "2"]
+    results: dict[str, tuple[int, Exec]] = {}
+
+    def start(role: str, index: str) -> None:
+        execs = Exec()
+        env = {"LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": index}
+        results[role] = (main.launch(common, env, shm_bytes=lambda: 8 * GiB, execvpe=execs),
+                         execs)
+
+    pods = [threading.Thread(target=start, args=a) for a in (("leader", "0"), ("worker", "1"))]
+    for pod in pods:
+        pod.start()
+    for pod in pods:
+        pod.join(timeout=20)
+    assert results["leader"][0] == results["worker"][0] == 0
+    assert "--headless" not in results["leader"][1].calls[0][1]
+    assert results["worker"][1].calls[0][1][-1] == "--headless"

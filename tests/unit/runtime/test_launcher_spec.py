@@ -126,6 +126,7 @@ def test_only_paths_written_as_paths_are_checked(model: str, path: str | None) -
     (["m/m"], {"LWS_GROUP_SIZE": "many"}, {}, "LWS_GROUP_SIZE must be an integer"),
     (["m/m", "-tp", "8", "-pp", "2"], LWS_LEADER, {"group_timeout_s": 0.0}, "positive"),
     (["m/m"], {}, {"nodes": 0}, "at least 1"),
+    (["m/m"], {"LWS_GROUP_SIZE": "0"}, {}, "at least 1"),
 ])
 def test_inconsistent_launches_are_usage_errors(serve_args: list[str], env: dict[str, str],
                                                inputs: dict[str, Any], message: str) -> None:
