@@ -23,6 +23,9 @@ from shardwise.planner import gpus, placement
 GPU_RESOURCE = "nvidia.com/gpu"
 _INTERCONNECTS = ("nvswitch", "nvlink", "pcie")
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+# NVLink bandwidth for a node labelled as NVLink-connected whose GPU the catalog knows without it
+# (or not at all) and that has no bandwidth label: a 2-GPU bridge's worth, a conservative guess.
+_FALLBACK_NVLINK_GBPS = 200.0
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,7 @@ def _topology(labels: Mapping[str, str], gpu: gpus.GpuFacts, count: int) -> tupl
         nvlink_gbps = float(bandwidth) if bandwidth is not None else gpu.nvlink_gbps
     except ValueError:
         nvlink_gbps = gpu.nvlink_gbps
-    return interconnect, domain, nvlink_gbps or gpu.nvlink_gbps, True
+    return interconnect, domain, nvlink_gbps or gpu.nvlink_gbps or _FALLBACK_NVLINK_GBPS, True
 
 
 def _taints(node: Mapping[str, Any]) -> tuple[placement.Taint, ...]:
