@@ -53,7 +53,7 @@ async def models(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     """GET /metrics in the Prometheus text format vLLM serves."""
-    body = request.app[ENGINE_KEY].metrics.exposition()
+    body = request.app[ENGINE_KEY].exposition()
     return web.Response(body=body, headers={"content-type": exposition.CONTENT_TYPE_PLAIN_0_0_4})
 
 

@@ -87,13 +87,14 @@ class Generation:
             now = time.monotonic()
             if index == 0:
                 self.first_token_at = now
-                engine.metrics.observe_prefill(plan.prompt_tokens, now - self.arrival)
+                engine.metrics.observe_prefill(plan.prompt_tokens, now - self.arrival,
+                                               step_tokens=plan.prompt_tokens + engine.running - 1)
             else:
                 assert self.last_token_at is not None
                 engine.metrics.observe_token(now - self.last_token_at)
             self.last_token_at = now
             self.emitted += 1
-            engine.add_kv_tokens(1)
+            engine.kv_tokens += 1
             yield index
 
 
@@ -117,16 +118,17 @@ class Engine:
         self.started = int(time.time())
         self.running = 0
         self.waiting = 0
-        self._kv_tokens = 0
+        self.kv_tokens = 0
         self._batch = asyncio.Semaphore(config.max_concurrency)
 
-    def add_kv_tokens(self, tokens: int) -> None:
-        """Account KV-cache tokens held (positive) or freed (negative) by running requests."""
-        self._kv_tokens += tokens
-        self._publish_load()
+    def exposition(self) -> bytes:
+        """The /metrics body, with the scheduler gauges read at this moment.
 
-    def _publish_load(self) -> None:
-        self.metrics.set_load(self.running, self.waiting, self._kv_tokens / self.kv_cache_tokens)
+        Gauges are set here rather than on every token: the per-token path is the simulator's
+        hot loop, and a scrape only ever sees the value of the moment anyway.
+        """
+        self.metrics.set_load(self.running, self.waiting, self.kv_tokens / self.kv_cache_tokens)
+        return self.metrics.exposition()
 
     def new_id(self, prefix: str) -> str:
         """A response id like vLLM's: prefix and 16 hex digits."""
@@ -140,14 +142,12 @@ class Engine:
         """
         arrival = time.monotonic()
         self.waiting += 1
-        self._publish_load()
         try:
             await self._batch.acquire()
         finally:
             self.waiting -= 1
-            self._publish_load()
         self.running += 1
-        self.add_kv_tokens(plan.prompt_tokens)
+        self.kv_tokens += plan.prompt_tokens
         generation = Generation(self, plan, arrival, time.monotonic())
         try:
             yield generation
@@ -158,7 +158,7 @@ class Engine:
             self._record(generation)
         finally:
             self.running -= 1
-            self.add_kv_tokens(-(plan.prompt_tokens + generation.emitted))
+            self.kv_tokens -= plan.prompt_tokens + generation.emitted
             self._batch.release()
 
     def _record(self, generation: Generation) -> None:

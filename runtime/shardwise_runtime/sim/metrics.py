@@ -225,16 +225,21 @@ class EngineMetrics:
         gauge.labels(**info).set(1)
 
     def set_load(self, running: int, waiting: int, kv_usage: float) -> None:
-        """Scheduler gauges, updated whenever a request enters, starts or leaves."""
+        """Scheduler gauges: requests in the batch, requests queued, KV-cache fraction held."""
         self.running.set(running)
         self.waiting.set(waiting)
         self.waiting_capacity.set(waiting)
         self.kv_cache_usage.set(kv_usage)
 
-    def observe_prefill(self, prompt_tokens: int, ttft_s: float) -> None:
-        """The engine step that computed a prompt and produced its first token."""
+    def observe_prefill(self, prompt_tokens: int, ttft_s: float, step_tokens: int) -> None:
+        """The engine step that computed a prompt and produced its first token.
+
+        `step_tokens` is that step's size: the prompt plus one decode token per other running
+        request. Only prefill steps are sampled into iteration_tokens_total; counting every
+        decode step of every request would cost more than the whole simulated token.
+        """
         self.ttft.observe(ttft_s)
-        self.iteration_tokens.observe(prompt_tokens)
+        self.iteration_tokens.observe(step_tokens)
         self.prompt_tokens.inc(prompt_tokens)
         self.prompt_tokens_computed.inc(prompt_tokens)
         self.prefix_cache_queries.inc(prompt_tokens)
@@ -243,7 +248,6 @@ class EngineMetrics:
     def observe_token(self, itl_s: float) -> None:
         """One decode step of one request after its first token."""
         self.itl.observe(itl_s)
-        self.iteration_tokens.observe(1)
         self.generation_tokens.inc()
 
     def observe_finished(self, request: FinishedRequest) -> None:

@@ -111,7 +111,10 @@ def _load(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `shardwise-sim`."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The load generator's stdout is its JSON summary; HTTP clients' per-request INFO lines
+    # would drown it.
+    level = logging.WARNING if args.command == "load" else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return {"serve": _serve, "fleet": _fleet, "load": _load}[args.command](args)
     except ValueError as error:

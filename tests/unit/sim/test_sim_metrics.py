@@ -65,7 +65,7 @@ def test_token_buckets_are_vllms_1_2_5_series(max_model_len: int, top: float) ->
 
 def test_a_finished_request_is_counted_where_vllm_counts_it() -> None:
     engine = metrics.EngineMetrics("m", max_model_len=256, kv_cache_tokens=1024)
-    engine.observe_prefill(prompt_tokens=10, ttft_s=0.03)
+    engine.observe_prefill(prompt_tokens=10, ttft_s=0.03, step_tokens=12)
     for _ in range(3):
         engine.observe_token(itl_s=0.02)
     engine.observe_finished(metrics.FinishedRequest(
@@ -85,6 +85,7 @@ def test_a_finished_request_is_counted_where_vllm_counts_it() -> None:
     assert value("vllm:time_to_first_token_seconds_bucket", le="0.04") == 1
     assert value("vllm:time_to_first_token_seconds_bucket", le="0.02") == 0
     assert value("vllm:inter_token_latency_seconds_count") == 3
+    assert value("vllm:iteration_tokens_total_sum") == 12
     assert value("vllm:request_time_per_output_token_seconds_sum") == pytest.approx(0.02)
     assert value("vllm:request_inference_time_seconds_sum") == pytest.approx(0.08)
     assert value("vllm:request_queue_time_seconds_sum") == pytest.approx(0.01)
