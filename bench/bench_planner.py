@@ -11,6 +11,7 @@ Run: `.venv/bin/python bench/bench_planner.py` (part of `make bench`).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -57,18 +58,32 @@ def build_cluster(size: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             }
             if clique_size:
                 labels["nvidia.com/gpu.clique"] = f"fabric-0.{i // clique_size}"
-            nodes.append({
-                "metadata": {"name": name, "labels": labels},
-                "spec": {"taints": [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]},
-                "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
-                           "conditions": [{"type": "Ready", "status": "True"}]},
-            })
+            nodes.append(
+                {
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {
+                        "taints": [
+                            {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
+                        ]
+                    },
+                    "status": {
+                        "allocatable": {"nvidia.com/gpu": str(gpus)},
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                    },
+                }
+            )
             if i % 2:  # half the nodes run something
-                pods.append({
-                    "spec": {"nodeName": name,
-                             "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus // 2)}}}]},
-                    "status": {"phase": "Running"},
-                })
+                pods.append(
+                    {
+                        "spec": {
+                            "nodeName": name,
+                            "containers": [
+                                {"resources": {"limits": {"nvidia.com/gpu": str(gpus // 2)}}}
+                            ],
+                        },
+                        "status": {"phase": "Running"},
+                    }
+                )
     return nodes, pods
 
 
@@ -90,17 +105,24 @@ def main() -> None:
     for size, target in targets.items():
         nodes, pods = build_cluster(size)
         inventory = planner.inventory_from_nodes(nodes, pods)
-        build = median_ms(lambda: planner.inventory_from_nodes(nodes, pods), args.runs)
-        print(f"\n{size:,} nodes ({len(inventory.pools)} pools, {len(pods):,} pods): "
-              f"inventory_from_nodes {build:.1f} ms")
+        build = median_ms(functools.partial(planner.inventory_from_nodes, nodes, pods), args.runs)
+        print(
+            f"\n{size:,} nodes ({len(inventory.pools)} pools, {len(pods):,} pods): "
+            f"inventory_from_nodes {build:.1f} ms"
+        )
         for label, spec in SPECS.items():
-            spec = {**spec, "placement": {**spec.get("placement", {}), "tolerations": TOLERATE_KWOK}}
+            spec = {
+                **spec,
+                "placement": {**spec.get("placement", {}), "tolerations": TOLERATE_KWOK},
+            }
             request = planner.request_from_spec(spec)
             result = planner.plan(request, inventory)
-            took = median_ms(lambda: planner.plan(request, inventory), args.runs)
+            took = median_ms(functools.partial(planner.plan, request, inventory), args.runs)
             verdict = "ok" if took < target else f"OVER {target:.0f} ms target"
-            print(f"  plan {label:<28} {took:7.2f} ms  ({verdict})  -> TP{result.tensor_parallel} "
-                  f"x PP{result.pipeline_parallel} on {result.gpu_product}")
+            print(
+                f"  plan {label:<28} {took:7.2f} ms  ({verdict})  -> TP{result.tensor_parallel} "
+                f"x PP{result.pipeline_parallel} on {result.gpu_product}"
+            )
 
 
 if __name__ == "__main__":

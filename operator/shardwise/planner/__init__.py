@@ -1,11 +1,11 @@
-"""Topology-aware parallelism planner: TP/PP, GPUs and nodes per replica, with predictions and reasons.
+"""Topology-aware parallelism planner: TP/PP, GPUs and nodes per replica, predictions, reasons.
 
 Pure: plain data in, plain data out, no I/O and no Kubernetes client (only the CLI module, which is
 not imported here, may talk to a cluster). Public API:
 
-    request_from_spec(spec: dict) -> PlanRequest              # raises PlanInputError(field, message)
-    inventory_from_nodes(nodes, pods=()) -> Inventory         # Node/Pod objects as dicts
-    plan(request, inventory, *, prices=None) -> Plan          # Plan.to_dict() is the JSON contract
+    request_from_spec(spec: dict) -> PlanRequest        # raises PlanInputError(field, message)
+    inventory_from_nodes(nodes, pods=()) -> Inventory   # Node/Pod objects as dicts
+    plan(request, inventory, *, prices=None) -> Plan    # Plan.to_dict() is the JSON contract
 
 Modules: request (spec reading), models/gpus (catalogs, with their YAML data files), inventory
 (node pools), placement (selector, taints), layouts (legal TP x PP), memory and performance (the

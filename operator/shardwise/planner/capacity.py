@@ -41,7 +41,10 @@ def check(
             if count > best_count:
                 best_count = count
                 ok, message = check(
-                    members, nodes_needed=nodes_needed, gpus_per_node=gpus_per_node, one_clique=False
+                    members,
+                    nodes_needed=nodes_needed,
+                    gpus_per_node=gpus_per_node,
+                    one_clique=False,
                 )
                 best = ok, f"within NVLink clique {clique}: {message}"
         return best if best else (False, "no nodes share an NVLink clique")
@@ -58,7 +61,10 @@ def check(
             + _blocked_note(nodes)
         )
     if len(ready) >= nodes_needed:
-        return True, f"{nodes_needed} nodes with {gpus_per_node} free GPUs each now: {_names(ready)}"
+        return (
+            True,
+            f"{nodes_needed} nodes with {gpus_per_node} free GPUs each now: {_names(ready)}",
+        )
     short = ranked[len(ready) : nodes_needed]
     missing = sum(gpus_per_node - n.free_gpus for n in short)
     have = f"{len(ready)} ha{'s' if len(ready) == 1 else 've'} that now"

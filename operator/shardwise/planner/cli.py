@@ -1,4 +1,4 @@
-"""`shardwise plan`: the planner offline, on an InferenceDeployment file and a nodes file or a cluster.
+"""`shardwise plan`: the planner offline, on an InferenceDeployment and a nodes file or a cluster.
 
 Contract (other tools depend on it): `-o json` prints exactly `Plan.to_dict()`; exit 0 when the plan
 is feasible, 2 when it is not (the JSON is still printed), 1 on bad input with a one-line error
@@ -41,8 +41,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("-f", "--filename", required=True, help="InferenceDeployment YAML")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--nodes", help="nodes as printed by `kubectl get nodes -o yaml`")
-    source.add_argument("--cluster", action="store_true", help="read nodes and pods of the current kubeconfig")
-    parser.add_argument("--prices", help="YAML map of GPU product to USD per GPU-hour (cluster pricing table)")
+    source.add_argument(
+        "--cluster", action="store_true", help="read nodes and pods of the current kubeconfig"
+    )
+    parser.add_argument(
+        "--prices", help="YAML map of GPU product to USD per GPU-hour (cluster pricing table)"
+    )
     parser.add_argument("-o", "--output", choices=("json", "table"), default="table")
     parser.set_defaults(func=run)
 
@@ -54,13 +58,18 @@ def _load_yaml(path: str, what: str) -> list[Any]:
     except OSError as error:
         raise _InputError(f"{what}: cannot read {path}: {error.strerror}") from None
     except yaml.YAMLError as error:
-        raise _InputError(f"{what}: {path} is not valid YAML: {str(error).splitlines()[0]}") from None
+        raise _InputError(
+            f"{what}: {path} is not valid YAML: {str(error).splitlines()[0]}"
+        ) from None
 
 
 def _deployment_spec(path: str) -> Mapping[str, Any]:
     docs = _load_yaml(path, "-f")
     for doc in docs:
-        if isinstance(doc, Mapping) and doc.get("kind", "InferenceDeployment") == "InferenceDeployment":
+        if (
+            isinstance(doc, Mapping)
+            and doc.get("kind", "InferenceDeployment") == "InferenceDeployment"
+        ):
             spec = doc.get("spec")
             if not isinstance(spec, Mapping):
                 raise planner.PlanInputError("spec", f"missing in {path}")
@@ -75,7 +84,9 @@ def _objects(path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         items = doc.get("items") if isinstance(doc, Mapping) and "items" in doc else [doc]
         for item in items or []:
             if not isinstance(item, dict):
-                raise _InputError(f"--nodes: {path} holds something that is not a Kubernetes object")
+                raise _InputError(
+                    f"--nodes: {path} holds something that is not a Kubernetes object"
+                )
             kind = item.get("kind", "Node")
             if kind == "Node":
                 nodes.append(item)
@@ -87,12 +98,14 @@ def _objects(path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 def _cluster_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from kubernetes import client, config  # lazily: only --cluster needs a client
 
-    config.load_kube_config()
+    # The client is untyped: its calls are opaque to mypy.
+    config.load_kube_config()  # type: ignore[no-untyped-call]
     api = client.CoreV1Api()
     serialize = client.ApiClient().sanitize_for_serialization
-    nodes = serialize(api.list_node().items)
-    pods = serialize(
-        api.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed").items
+    nodes: list[dict[str, Any]] = serialize(api.list_node().items)  # type: ignore[no-untyped-call]
+    running = "status.phase!=Succeeded,status.phase!=Failed"
+    pods: list[dict[str, Any]] = serialize(  # type: ignore[no-untyped-call]
+        api.list_pod_for_all_namespaces(field_selector=running).items
     )
     return nodes, pods
 
@@ -121,21 +134,33 @@ def _table(result: plans.Plan) -> str:
     if result.predicted:
         p = result.predicted
         lines.append(
-            f"PREDICTED    ITL {p.itl_ms:.1f} ms, TTFT {p.ttft_ms:.0f} ms, {p.tokens_per_second:.0f} tokens/s, "
-            f"${p.hourly_usd:.2f}/h, ${p.per_million_output_tokens_usd:.2f}/1M output tokens ({p.price_source} price)"
+            f"PREDICTED    ITL {p.itl_ms:.1f} ms, TTFT {p.ttft_ms:.0f} ms, "
+            f"{p.tokens_per_second:.0f} tokens/s, ${p.hourly_usd:.2f}/h, "
+            f"${p.per_million_output_tokens_usd:.2f}/1M output tokens ({p.price_source} price)"
         )
     if result.capacity_message:
-        lines.append(f"SCHEDULABLE  {'yes' if result.schedulable_now else 'no'}: {result.capacity_message}")
-    lines.extend(textwrap.wrap(result.reason, 100, initial_indent="REASON       ", subsequent_indent=" " * 13))
+        lines.append(
+            f"SCHEDULABLE  {'yes' if result.schedulable_now else 'no'}: {result.capacity_message}"
+        )
+    lines.extend(
+        textwrap.wrap(
+            result.reason, 100, initial_indent="REASON       ", subsequent_indent=" " * 13
+        )
+    )
     if result.alternatives:
         lines.append("ALTERNATIVES")
-        lines.append(f"  {'TP':>3} {'PP':>3} {'GPUS':>4}  {'PRODUCT':<26} {'ITL ms':>7} {'TOK/S':>7} {'$/H':>7}  REJECTED BECAUSE")
+        lines.append(
+            f"  {'TP':>3} {'PP':>3} {'GPUS':>4}  {'PRODUCT':<26} {'ITL ms':>7} {'TOK/S':>7} "
+            f"{'$/H':>7}  REJECTED BECAUSE"
+        )
         for alt in result.alternatives:
-            p = alt.predicted
-            assert p is not None  # alternatives are always concrete layouts
+            figures = alt.predicted
+            assert figures is not None  # alternatives are always concrete layouts
             lines.append(
                 f"  {alt.tensor_parallel:>3} {alt.pipeline_parallel:>3} {alt.gpus_per_replica:>4}  "
-                f"{alt.gpu_product or '':<26} {p.itl_ms:>7.1f} {p.tokens_per_second:>7.0f} {p.hourly_usd:>7.2f}  "
+                f"{alt.gpu_product or '':<26} {figures.itl_ms:>7.1f} "
+                f"{figures.tokens_per_second:>7.0f} "
+                f"{figures.hourly_usd:>7.2f}  "
                 f"{alt.rejected_because}"
             )
     return "\n".join(lines)
@@ -146,7 +171,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         request = planner.request_from_spec(_deployment_spec(args.filename))
         nodes, pods = _cluster_objects() if args.cluster else _objects(args.nodes)
-        result = planner.plan(request, planner.inventory_from_nodes(nodes, pods), prices=_prices(args.prices))
+        result = planner.plan(
+            request, planner.inventory_from_nodes(nodes, pods), prices=_prices(args.prices)
+        )
     except (planner.PlanInputError, _InputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -158,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point (`python -m shardwise.planner.cli plan ...`), for tests and debugging."""
+    """Stand-alone entry point: `python -m shardwise.planner.cli plan ...` (tests, debugging)."""
     parser = argparse.ArgumentParser(prog="shardwise")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -1,9 +1,9 @@
 """GPU facts by GFD product string, from the data file gpus.yaml (one place to check and correct).
 
-Products are matched tolerantly (case, `-SHARED`/`-MIG-*` suffixes, missing `NVIDIA-` prefix) because
-GFD spells the same part differently across driver versions and sharing modes. An unknown product
-still gets planned, with conservative figures (L4-class bandwidth and compute, no NVLink) and the
-memory its node label reports, and the plan says so: refusing would block new hardware entirely.
+Products are matched tolerantly (case, `-SHARED`/`-MIG-*` suffixes, missing `NVIDIA-` prefix)
+because GFD spells the same part differently across driver versions and sharing modes. An unknown
+product still gets planned, with conservative figures (L4-class bandwidth and compute, no NVLink)
+and the memory its node label reports, and the plan says so: refusing would block new hardware.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ pool, and only capacity checks look at individual nodes.
 Labels read (all values are strings): GFD's `nvidia.com/gpu.product`, `nvidia.com/gpu.count`,
 `nvidia.com/gpu.memory` (MiB), `nvidia.com/gpu.clique`; shardwise's `shardwise.io/gpu-interconnect`
 (nvswitch | nvlink | pcie), `shardwise.io/nvlink-domain-size` (GPUs fully connected by NVLink) and
-`shardwise.io/nvlink-bandwidth-gbps` (GB/s per GPU, both directions summed, as datasheets quote NVLink:
-"900" on H100 SXM). A node without the topology labels is treated as PCIe-only and marked unlabelled,
-because planning TP across GPUs that might not share NVLink is the costlier mistake.
+`shardwise.io/nvlink-bandwidth-gbps` (GB/s per GPU, both directions summed, as datasheets quote
+NVLink: "900" on H100 SXM). A node without the topology labels is treated as PCIe-only and marked
+unlabelled, because planning TP across GPUs that might not share NVLink is the costlier mistake.
 """
 
 from __future__ import annotations
@@ -103,7 +103,9 @@ def _used_gpus(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return used
 
 
-def _topology(labels: Mapping[str, str], gpu: gpus.GpuFacts, count: int) -> tuple[str, int, float, bool]:
+def _topology(
+    labels: Mapping[str, str], gpu: gpus.GpuFacts, count: int
+) -> tuple[str, int, float, bool]:
     """(interconnect, NVLink domain size, NVLink GB/s, labelled) from shardwise's labels."""
     interconnect = labels.get("shardwise.io/gpu-interconnect", "").strip().lower()
     domain = _count(labels.get("shardwise.io/nvlink-domain-size"))
@@ -129,7 +131,9 @@ def _taints(node: Mapping[str, Any]) -> tuple[placement.Taint, ...]:
     return tuple(
         sorted(
             (
-                placement.Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+                placement.Taint(
+                    str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", ""))
+                )
                 for t in taints
             ),
             key=lambda t: (t.key, t.value, t.effect),
@@ -179,7 +183,13 @@ def inventory_from_nodes(
         )
         name = str(metadata.get("name", ""))
         blocked = _blocked(node)
-        free = 0 if blocked else max(0, min(count, allocatable if allocatable is not None else count) - used.get(name, 0))
+        free = (
+            0
+            if blocked
+            else max(
+                0, min(count, allocatable if allocatable is not None else count) - used.get(name, 0)
+            )
+        )
         state = NodeState(
             name=name,
             labels=labels,
@@ -192,6 +202,15 @@ def inventory_from_nodes(
         NodePool(shape=shape, taints=taints, nodes=tuple(sorted(states, key=lambda s: s.name)))
         for (shape, taints), states in grouped.items()
     ]
-    pools.sort(key=lambda p: (p.shape.product, p.shape.gpus_per_node, p.shape.gpu.memory_mib,
-                              p.shape.interconnect, p.shape.nvlink_domain, repr(p.taints), p.nodes[0].name))
+    pools.sort(
+        key=lambda p: (
+            p.shape.product,
+            p.shape.gpus_per_node,
+            p.shape.gpu.memory_mib,
+            p.shape.interconnect,
+            p.shape.nvlink_domain,
+            repr(p.taints),
+            p.nodes[0].name,
+        )
+    )
     return Inventory(pools=tuple(pools), non_gpu_nodes=non_gpu)

@@ -4,8 +4,8 @@ Rules (GPU-FACTS.md): TP divides the attention heads, and kvHeads and TP divide 
 splits or replicates KV heads); PP <= layers. TP stays inside one NVLink domain because every layer
 does two all-reduces; on nodes with no NVLink at all TP over PCIe is legal and the performance model
 weighs it against PP. A replica spans nodes only when it does not fit on one, and then uses whole
-nodes with TP = the node's NVLink domain and PP across nodes, except inside a multi-node NVLink fabric
-(same `nvidia.com/gpu.clique`) where TP may span nodes.
+nodes with TP = the node's NVLink domain and PP across nodes, except inside a multi-node NVLink
+fabric (same `nvidia.com/gpu.clique`) where TP may span nodes.
 """
 
 from __future__ import annotations
@@ -66,7 +66,12 @@ def single_node(arch: models.ModelArch, shape: inventory.GpuShape) -> Iterator[L
 
 
 def multi_node(
-    arch: models.ModelArch, shape: inventory.GpuShape, nodes: int, *, per_node: int, clique_nodes: int
+    arch: models.ModelArch,
+    shape: inventory.GpuShape,
+    nodes: int,
+    *,
+    per_node: int,
+    clique_nodes: int,
 ) -> Iterator[Layout]:
     """Layouts over exactly `nodes` nodes using `per_node` GPUs on each."""
     if per_node > shape.gpus_per_node:

@@ -6,8 +6,8 @@ vLLM reserves `gpuMemoryUtilization` x GPU memory per GPU and must fit, on every
     KV cache     = maxConcurrency x maxModelLen x KV bytes/token x (stage share) / min(TP, kvHeads)
     overhead     = 1.5 GiB + activations (2048 tokens x hiddenSize x 32 bytes / TP)
 
-- KV bytes/token = 2 x layers x kvHeads x headDim x 2 bytes (vLLM's `--kv-cache-dtype auto` keeps the
-  cache in the activation dtype, 16-bit, even for fp8 or int4 weights). With TP > kvHeads vLLM
+- KV bytes/token = 2 x layers x kvHeads x headDim x 2 bytes (vLLM's `--kv-cache-dtype auto` keeps
+  the cache in the activation dtype, 16-bit, even for fp8 or int4 weights). With TP > kvHeads vLLM
   replicates KV heads, so each GPU holds 1/kvHeads of the cache rather than 1/TP.
 - The slowest pipeline stage holds ceil(layers / PP) layers; that stage sets the fit.
 - Overhead: ~0.5 GiB CUDA context, ~0.5 GiB NCCL buffers and cuBLAS workspace, ~0.5 GiB CUDA graphs;

@@ -75,7 +75,9 @@ def _catalog() -> tuple[dict[str, ModelArch], dict[str, ModelArch]]:
             kv_heads=int(entry["kvHeads"]),  # type: ignore[call-overload]
             head_dim=int(entry["headDim"]),  # type: ignore[call-overload]
             parameters=parameters,
-            active_parameters=float(entry.get("activeParameters", parameters)),  # type: ignore[arg-type]
+            active_parameters=float(
+                entry.get("activeParameters", parameters)  # type: ignore[arg-type]
+            ),
             source=str(entry["source"]),
         )
         by_key.setdefault(_model_key(model_id), arch)

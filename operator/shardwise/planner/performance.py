@@ -8,7 +8,7 @@ per stage, so a token crosses every stage once per step:
 
     stage  = max(bytes read / (HBM bandwidth x 0.8), FLOPs / (TFLOP/s x 0.5))
              + layers/PP x 2 x all-reduce(TP, B x hiddenSize x 2 bytes)
-    bytes read = weights x stage share / TP + B x context x KV bytes/token x stage share / min(TP, kvHeads)
+    bytes read = weights x share / TP + B x context x KV bytes/token x share / min(TP, kvHeads)
     ITL    = PP x stage + (PP - 1) x hop + 0.5 ms step overhead (scheduler, sampler, launch)
 
 - context = the reference request's mean length, min(maxModelLen, 1024 + 256/2) tokens.
@@ -18,9 +18,9 @@ per stage, so a token crosses every stage once per step:
   is one direction, 80% achieved. NVLink: bandwidth = label / 2; alpha 5 us, beta 0.25 us, because
   vLLM's custom all-reduce does small messages in one shot over NVLink P2P
   (vllm/distributed/device_communicators/custom_all_reduce.py) in single-digit microseconds. PCIe:
-  GPU's PCIe bandwidth, alpha 10 us, beta 3 us: NCCL rings through the host bridge and vLLM turns its
-  custom all-reduce off beyond two GPUs without full NVLink (GPU-FACTS.md), so each of the 2(TP-1)
-  ring steps pays a PCIe round trip; tens of microseconds per call, as NCCL tests on PCIe servers show.
+  GPU's PCIe bandwidth, alpha 10 us, beta 3 us: NCCL rings through the host bridge and vLLM turns
+  its custom all-reduce off beyond two GPUs without full NVLink (GPU-FACTS.md), so each of the
+  2(TP-1) ring steps pays a PCIe round trip: tens of microseconds per call.
   NVLink across nodes of one clique (GB200 NVL72): alpha 8 us.
 - PP hop: activations of the micro-batch; 10 us + bytes / PCIe (or NVLink) bandwidth inside a node,
   25 us + bytes / 12.5 GB/s (100 Gb/s, a conservative NIC share per GPU) across nodes.
@@ -32,16 +32,17 @@ below, not for one prompt; the sources in GPU-FACTS.md report PP with higher TTF
     TTFT = PP x [max(2 x active x tokens x share / TP / (TFLOP/s x 0.5), weights x share / TP / BW)
                   + layers/PP x 2 x all-reduce(TP, tokens x hiddenSize x 2 bytes)] + hops + 0.5 ms
 
-Throughput: in steady state each of the C streams prefills a 1024-token prompt and decodes 256 tokens.
-A prefill occupies each stage for one stage-time (PP pipelines prompts), so per cycle of 256 steps:
+Throughput: in steady state each of the C streams prefills a 1024-token prompt and decodes 256
+tokens. A prefill occupies each stage for one stage-time (PP pipelines prompts), so per cycle of
+256 steps:
 
     tokens/s = C x 256 / (256 x ITL + C x prefill stage time)
 
 This is where PP gains on PCIe: TP's prefill all-reduces carry tokens x hiddenSize bytes and become
 slow on PCIe, while PP's stage boundary carries the same bytes once. Decoding moves B x hiddenSize
-bytes per all-reduce, small enough that latency, not bandwidth, dominates, and TP's split of the weight
-reads usually wins on ITL even over PCIe. vLLM's docs favour PP on PCIe for throughput (long prompts,
-many streams); the model reproduces that when prefill dominates the cycle and says by how much.
+bytes per all-reduce: with few streams latency, not bandwidth, dominates and TP's split of the
+weight reads wins on ITL even over PCIe; with many streams (hundreds) the all-reduces grow and PP
+wins throughput, as vLLM's docs advise for PCIe. The reason states the margin either way.
 
 Floor: no prediction beats active weight bytes / (GPUs x peak HBM bandwidth), the time for every GPU
 of the replica to read its share of the weights once at full speed.
@@ -172,8 +173,8 @@ def predict(work: Workload, hw: Hardware, tp: int, pp: int) -> Prediction:
     decode_reads = _touched_weight_bytes(work, batch) * share / tp + batch * context * kv_per_token
     decode_stage = _stage_s(work, hw, tp, pp, tokens=batch, read_bytes=decode_reads)
     decode_hops = _hops_s(hw, pp, batch * arch.hidden_size * ACTIVATION_BYTES)
-    floor = arch.active_parameters * work.bytes_per_weight / (
-        tp * pp * hw.memory_bandwidth_gbps * 1e9
+    floor = (
+        arch.active_parameters * work.bytes_per_weight / (tp * pp * hw.memory_bandwidth_gbps * 1e9)
     )
     itl = max(floor, pp * decode_stage + decode_hops + STEP_OVERHEAD_S)
 

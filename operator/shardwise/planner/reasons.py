@@ -35,19 +35,27 @@ def topology(shape: inventory.GpuShape) -> str:
 def _where(c: Candidate) -> str:
     shape, lay = c.shape, c.layout
     if lay.tp_spans_nodes:
-        return f"across {lay.nodes} nodes of one NVLink clique ({shape.gpus_per_node}x {shape.product} each)"
+        return (
+            f"across {lay.nodes} nodes of one NVLink clique "
+            f"({shape.gpus_per_node}x {shape.product} each)"
+        )
+    where = f"({topology(shape)})"
     if lay.nodes > 1:
-        return f"across {lay.nodes} nodes of {shape.gpus_per_node}x {shape.product} ({topology(shape)})"
+        return f"across {lay.nodes} nodes of {shape.gpus_per_node}x {shape.product} {where}"
     if lay.gpus_per_node < shape.gpus_per_node:
-        return f"on {lay.gpus_per_node} of the {shape.gpus_per_node} {shape.product} GPUs of one node ({topology(shape)})"
-    return f"on one node of {shape.gpus_per_node}x {shape.product} ({topology(shape)})"
+        return (
+            f"on {lay.gpus_per_node} of the {shape.gpus_per_node} {shape.product} GPUs "
+            f"of one node {where}"
+        )
+    return f"on one node of {shape.gpus_per_node}x {shape.product} {where}"
 
 
 def _memory_words(request: PlanRequest, fit: memory.MemoryFit) -> str:
     return (
         f"per GPU {fit.weights_gib:.1f} GiB weights + {fit.kv_cache_gib:.1f} GiB KV cache "
-        f"({request.max_concurrency} x {request.max_model_len} tokens) + {fit.overhead_gib:.1f} GiB "
-        f"overhead = {fit.needed_gib:.1f} of {fit.usable_gib:.1f} GiB usable"
+        f"({request.max_concurrency} x {request.max_model_len} tokens) + "
+        f"{fit.overhead_gib:.1f} GiB overhead = {fit.needed_gib:.1f} of "
+        f"{fit.usable_gib:.1f} GiB usable"
     )
 
 
@@ -55,7 +63,12 @@ def _totals(request: PlanRequest) -> tuple[float, float]:
     """(weights GiB, KV cache GiB) for the whole replica."""
     arch = request.arch
     weights = arch.parameters * request.bytes_per_weight / memory.GIB
-    kv = request.max_concurrency * request.max_model_len * memory.kv_bytes_per_token(arch) / memory.GIB
+    kv = (
+        request.max_concurrency
+        * request.max_model_len
+        * memory.kv_bytes_per_token(arch)
+        / memory.GIB
+    )
     return weights, kv
 
 
@@ -66,29 +79,36 @@ def layout_summary(request: PlanRequest, c: Candidate) -> str:
 def rejected_because(request: PlanRequest, chosen: Candidate | None, c: Candidate) -> str:
     fit = c.fit
     if not fit.fits:
-        text = f"does not fit: needs {fit.needed_gib:.1f} GiB per GPU, {fit.usable_gib:.1f} GiB usable"
+        text = (
+            f"does not fit: needs {fit.needed_gib:.1f} GiB per GPU, {fit.usable_gib:.1f} GiB usable"
+        )
         if fit.sequences_that_fit:
-            text += f" (KV room for {fit.sequences_that_fit} of {request.max_concurrency} sequences)"
+            text += (
+                f" (KV room for {fit.sequences_that_fit} of {request.max_concurrency} sequences)"
+            )
         return text
     assert chosen is not None  # a fitting alternative only exists beside a chosen plan
     mine, theirs = c.prediction, chosen.prediction
     if request.objective == "Throughput":
-        return f"lower throughput per GPU: {c.tokens_per_gpu:.0f} vs {chosen.tokens_per_gpu:.0f} tokens/s/GPU"
+        return (
+            f"lower throughput per GPU: {c.tokens_per_gpu:.0f} vs "
+            f"{chosen.tokens_per_gpu:.0f} tokens/s/GPU"
+        )
     if request.objective == "Cost":
         if c.hourly_usd > chosen.hourly_usd:
             text = f"costs more: ${c.hourly_usd:.2f}/h vs ${chosen.hourly_usd:.2f}/h per replica"
             if c.per_million_usd < chosen.per_million_usd:
                 text += (
-                    f" (though ${c.per_million_usd:.2f} vs ${chosen.per_million_usd:.2f} per 1M output "
-                    "tokens when kept busy)"
+                    f" (though ${c.per_million_usd:.2f} vs ${chosen.per_million_usd:.2f} "
+                    "per 1M output tokens when kept busy)"
                 )
             return text
         return f"${c.per_million_usd:.2f} vs ${chosen.per_million_usd:.2f} per 1M output tokens"
     if mine.itl_s < theirs.itl_s:
         gain = (1 - mine.itl_s / theirs.itl_s) * 100
         return (
-            f"{gain:.0f}% lower ITL ({mine.itl_s * 1e3:.1f} vs {theirs.itl_s * 1e3:.1f} ms) is not worth "
-            f"{c.layout.gpus} GPUs instead of {chosen.layout.gpus}"
+            f"{gain:.0f}% lower ITL ({mine.itl_s * 1e3:.1f} vs {theirs.itl_s * 1e3:.1f} ms) "
+            f"is not worth {c.layout.gpus} GPUs instead of {chosen.layout.gpus}"
         )
     return f"higher predicted ITL: {mine.itl_s * 1e3:.1f} ms vs {theirs.itl_s * 1e3:.1f} ms"
 
@@ -97,15 +117,22 @@ def _multi_node(request: PlanRequest, c: Candidate) -> str:
     weights, kv = _totals(request)
     node_usable = c.fit.usable_gib * c.shape.gpus_per_node
     head = (
-        f"One node holds {node_usable:.0f} GiB usable, less than the {weights:.0f} GiB of weights + "
-        f"{kv:.0f} GiB of KV cache"
+        f"One node holds {node_usable:.0f} GiB usable, less than the {weights:.0f} GiB of "
+        f"weights + {kv:.0f} GiB of KV cache"
     )
-    if c.layout.tp_spans_nodes:
-        return f"{head}; the nodes share an NVLink clique, so TP{c.layout.tp} spans {c.layout.tp // c.layout.gpus_per_node} nodes."
-    return f"{head}, so TP stays inside each node and PP{c.layout.pp} runs across {c.layout.nodes} nodes."
+    lay = c.layout
+    if lay.tp_spans_nodes:
+        spanned = lay.tp // lay.gpus_per_node
+        return f"{head}; the nodes share an NVLink clique, so TP{lay.tp} spans {spanned} nodes."
+    return f"{head}, so TP stays inside each node and PP{lay.pp} runs across {lay.nodes} nodes."
 
 
-def _objective(request: PlanRequest, chosen: Candidate, ranked: Sequence[Candidate], everything: Sequence[Candidate]) -> str:
+def _objective(
+    request: PlanRequest,
+    chosen: Candidate,
+    ranked: Sequence[Candidate],
+    everything: Sequence[Candidate],
+) -> str:
     pred = chosen.prediction
     runner = ranked[1] if len(ranked) > 1 else None
     if request.tensor or request.pipeline:
@@ -119,15 +146,19 @@ def _objective(request: PlanRequest, chosen: Candidate, ranked: Sequence[Candida
             f"({pred.tokens_per_s:.0f} tokens/s for {request.max_concurrency} streams)"
         )
         if runner:
-            text += f"; next {_label(runner)} on {runner.shape.product} at {runner.tokens_per_gpu:.0f}"
+            text += (
+                f"; next {_label(runner)} on {runner.shape.product} at {runner.tokens_per_gpu:.0f}"
+            )
         return text + "."
     if request.objective == "Cost":
         text = (
-            f"Cheapest replica that fits: {chosen.layout.gpus} GPU(s) at ${chosen.hourly_usd:.2f}/h "
-            f"({chosen.price_source} price), ${chosen.per_million_usd:.2f} per 1M output tokens"
+            f"Cheapest replica that fits: {chosen.layout.gpus} GPU(s) at "
+            f"${chosen.hourly_usd:.2f}/h ({chosen.price_source} price), "
+            f"${chosen.per_million_usd:.2f} per 1M output tokens"
         )
         smaller = [
-            c for c in everything
+            c
+            for c in everything
             if not c.fit.fits and c.shape == chosen.shape and c.layout.gpus < chosen.layout.gpus
         ]
         if smaller:
@@ -135,7 +166,8 @@ def _objective(request: PlanRequest, chosen: Candidate, ranked: Sequence[Candida
             text += f"; {_label(near)} would need {near.fit.needed_gib:.1f} GiB per GPU"
         return text + "."
     text = (
-        f"Lowest predicted ITL of the {len(ranked)} layout{'s' if len(ranked) > 1 else ''} that fit: "
+        f"Lowest predicted ITL of the {len(ranked)} layout{'s' if len(ranked) > 1 else ''} "
+        "that fit: "
         f"{pred.itl_s * 1e3:.1f} ms/token "
         f"(TTFT {pred.ttft_s * 1e3:.0f} ms)"
     )
@@ -149,33 +181,43 @@ def _objective(request: PlanRequest, chosen: Candidate, ranked: Sequence[Candida
     return text + "."
 
 
-def _pcie_comparison(request: PlanRequest, chosen: Candidate, everything: Sequence[Candidate]) -> str:
+def _pcie_comparison(
+    request: PlanRequest, chosen: Candidate, everything: Sequence[Candidate]
+) -> str:
     """TP over PCIe against PP on the same GPUs, with the margin, when the node has no NVLink."""
     lay = chosen.layout
     if chosen.shape.nvlink_domain > 1 or lay.gpus_per_node == 1:
         return ""
     want = (1, lay.gpus) if lay.tp > 1 else (lay.gpus_per_node, lay.nodes)
     others = [
-        c for c in everything
-        if c.eligible == chosen.eligible and (c.layout.tp, c.layout.pp) == want and c.layout.nodes == lay.nodes
+        c
+        for c in everything
+        if c.eligible == chosen.eligible
+        and (c.layout.tp, c.layout.pp) == want
+        and c.layout.nodes == lay.nodes
     ]
     if not others or want == (lay.tp, lay.pp):
         return ""
     other = others[0]
     a, b = chosen.prediction, other.prediction
     text = (
-        f"Without NVLink, {_label(chosen)} predicts {a.itl_s * 1e3:.1f} ms/token and {a.tokens_per_s:.0f} "
-        f"tokens/s against {b.itl_s * 1e3:.1f} ms and {b.tokens_per_s:.0f} tokens/s for {_label(other)}"
+        f"Without NVLink, {_label(chosen)} predicts {a.itl_s * 1e3:.1f} ms/token and "
+        f"{a.tokens_per_s:.0f} tokens/s against {b.itl_s * 1e3:.1f} ms and "
+        f"{b.tokens_per_s:.0f} tokens/s for {_label(other)}"
     )
     if lay.tp > 1:
         ratio = b.itl_s / a.itl_s
         text += (
             f" ({ratio:.1f}x lower ITL): vLLM's docs favour PP on PCIe for throughput, but at "
-            f"{request.max_concurrency} streams decoding is bound by weight reads, which TP{lay.tp} splits, "
-            f"more than by its {2 * request.arch.layers} small all-reduces per token"
+            f"{request.max_concurrency} streams decoding is bound by weight reads, which "
+            f"TP{lay.tp} splits, more than by its {2 * request.arch.layers} small all-reduces "
+            "per token"
         )
     else:
-        text += f": PP avoids {2 * request.arch.layers} PCIe all-reduces per token, as vLLM's docs advise without NVLink"
+        text += (
+            f": PP avoids {2 * request.arch.layers} PCIe all-reduces per token, as vLLM's docs "
+            "advise without NVLink"
+        )
     if not other.fit.fits:
         text += f" ({_label(other)} does not fit memory)"
     return text + "."
@@ -199,7 +241,10 @@ def _caveats(shape: inventory.GpuShape) -> str:
 
 
 def planned(
-    request: PlanRequest, chosen: Candidate, ranked: Sequence[Candidate], everything: Sequence[Candidate]
+    request: PlanRequest,
+    chosen: Candidate,
+    ranked: Sequence[Candidate],
+    everything: Sequence[Candidate],
 ) -> str:
     parts = [layout_summary(request, chosen)]
     if chosen.layout.nodes > 1:
@@ -210,7 +255,9 @@ def planned(
     return " ".join(p for p in parts if p)
 
 
-def no_matching_nodes(request: PlanRequest, inv: inventory.Inventory, excluded: dict[str, int]) -> str:
+def no_matching_nodes(
+    request: PlanRequest, inv: inventory.Inventory, excluded: dict[str, int]
+) -> str:
     if not inv.gpu_nodes:
         return f"No GPU nodes in the inventory ({inv.non_gpu_nodes} nodes without nvidia.com/gpu)."
     parts = ", ".join(f"{count} by {rule}" for rule, count in excluded.items())
@@ -227,17 +274,23 @@ def no_layout(
     """Why a hand-set TP/PP has no legal placement: (reason code, text)."""
     tp, pp = request.tensor or 1, request.pipeline or 1
     domains = [s for s in shapes if s.nvlink_domain > 1]
-    if request.tensor and domains and all(tp > s.nvlink_domain for s in domains) and len(domains) == len(shapes):
+    if (
+        request.tensor
+        and domains
+        and all(tp > s.nvlink_domain for s in domains)
+        and len(domains) == len(shapes)
+    ):
         widest = max(domains, key=lambda s: (s.nvlink_domain, s.product))
         return plans.NO_NVLINK_DOMAIN, (
             f"TP{tp} must stay inside one NVLink domain; the largest on matching nodes is "
             f"{widest.nvlink_domain} GPUs ({widest.product}, {topology(widest)})."
         )
     most = max(s.gpus_per_node for s in shapes)
-    total = sum(s.gpus_per_node * n for s, n in zip(shapes, node_counts))
+    total = sum(s.gpus_per_node * n for s, n in zip(shapes, node_counts, strict=True))
     return plans.NOT_ENOUGH_GPUS, (
-        f"TP{tp} x PP{pp} has no placement: TP needs {tp} GPUs in one node (or NVLink clique) and the "
-        f"replica {tp * pp} GPUs; matching nodes have at most {most} GPUs each, {total} in total."
+        f"TP{tp} x PP{pp} has no placement: TP needs {tp} GPUs in one node (or NVLink clique) "
+        f"and the replica {tp * pp} GPUs; matching nodes have at most {most} GPUs each, "
+        f"{total} in total."
     )
 
 
@@ -245,15 +298,16 @@ def insufficient_memory(request: PlanRequest, closest: Candidate) -> str:
     weights, kv = _totals(request)
     fit = closest.fit
     text = (
-        f"{request.model_name} ({request.weight_format}) needs {weights:.1f} GiB of weights + {kv:.1f} GiB "
-        f"of KV cache for {request.max_concurrency} x {request.max_model_len} tokens; the closest layout, "
-        f"{_label(closest)} {_where(closest)}, needs {fit.needed_gib:.1f} GiB per GPU against "
+        f"{request.model_name} ({request.weight_format}) needs {weights:.1f} GiB of weights + "
+        f"{kv:.1f} GiB of KV cache for {request.max_concurrency} x {request.max_model_len} tokens; "
+        f"the closest layout, {_label(closest)} {_where(closest)}, needs "
+        f"{fit.needed_gib:.1f} GiB per GPU against "
         f"{fit.usable_gib:.1f} GiB usable ({request.gpu_memory_utilization:g} x GPU memory)."
     )
     if fit.sequences_that_fit:
         text += (
-            f" It has KV room for {fit.sequences_that_fit} of {request.max_concurrency} sequences: lower "
-            "spec.serving.maxConcurrency or maxModelLen, or add nodes."
+            f" It has KV room for {fit.sequences_that_fit} of {request.max_concurrency} "
+            "sequences: lower spec.serving.maxConcurrency or maxModelLen, or add nodes."
         )
     else:
         text += f" Weights alone take {fit.weights_gib:.1f} GiB per GPU there."

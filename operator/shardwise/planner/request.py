@@ -102,7 +102,7 @@ def _parameter_count(value: Any, field: str) -> float:
     else:
         match = _COUNT.match(str(value))
         if not match:
-            raise PlanInputError(field, f"must be a count such as 70.6e9 or \"70.6B\", got {value!r}")
+            raise PlanInputError(field, f'must be a count such as 70.6e9 or "70.6B", got {value!r}')
         count = float(match.group(1)) * _SCALE[match.group(2).lower()]
     if count < 1e6:
         raise PlanInputError(field, f"{value!r} is not a plausible parameter count")
@@ -110,31 +110,41 @@ def _parameter_count(value: Any, field: str) -> float:
 
 
 def _architecture(name: str, given: Mapping[str, Any]) -> models.ModelArch:
-    """The catalog entry for `name` with `given` fields overriding it; all of it for unknown models."""
+    """The catalog entry for `name`, `given` fields overriding it; all of it for unknown models."""
     field = "spec.model.architecture"
     base = models.lookup_model(name)
     if base is None:
         missing = [
-            key for key in ("parameters", "layers", "hiddenSize", "attentionHeads") if key not in given
+            key
+            for key in ("parameters", "layers", "hiddenSize", "attentionHeads")
+            if key not in given
         ]
         if missing:
             raise PlanInputError(
                 field,
                 f"model {name!r} is not in the built-in catalog; set {', '.join(missing)}",
             )
-    layers = _positive_int(given.get("layers"), f"{field}.layers", base and base.layers)
-    hidden = _positive_int(given.get("hiddenSize"), f"{field}.hiddenSize", base and base.hidden_size)
+    layers = _positive_int(given.get("layers"), f"{field}.layers", base.layers if base else None)
+    hidden = _positive_int(
+        given.get("hiddenSize"), f"{field}.hiddenSize", base.hidden_size if base else None
+    )
     heads = _positive_int(
-        given.get("attentionHeads"), f"{field}.attentionHeads", base and base.attention_heads
+        given.get("attentionHeads"),
+        f"{field}.attentionHeads",
+        base.attention_heads if base else None,
     )
     assert layers and hidden and heads  # guaranteed by the missing-field check above
-    kv_heads = _positive_int(given.get("kvHeads"), f"{field}.kvHeads", base.kv_heads if base else heads)
+    kv_heads = _positive_int(
+        given.get("kvHeads"), f"{field}.kvHeads", base.kv_heads if base else heads
+    )
     head_dim = _positive_int(
         given.get("headDim"), f"{field}.headDim", base.head_dim if base else hidden // heads
     )
     assert kv_heads and head_dim
     if heads % kv_heads:
-        raise PlanInputError(f"{field}.kvHeads", f"{kv_heads} does not divide attentionHeads {heads}")
+        raise PlanInputError(
+            f"{field}.kvHeads", f"{kv_heads} does not divide attentionHeads {heads}"
+        )
     parameters = (
         _parameter_count(given["parameters"], f"{field}.parameters")
         if "parameters" in given
@@ -171,7 +181,9 @@ def _tolerations(value: Any) -> tuple[placement.Toleration, ...]:
             raise PlanInputError(f"{field}[{index}]", "must be an object")
         operator = str(item.get("operator") or "Equal")
         if operator not in ("Equal", "Exists"):
-            raise PlanInputError(f"{field}[{index}].operator", f"must be Equal or Exists, got {operator!r}")
+            raise PlanInputError(
+                f"{field}[{index}].operator", f"must be Equal or Exists, got {operator!r}"
+            )
         result.append(
             placement.Toleration(
                 key=str(item.get("key") or ""),
@@ -208,19 +220,28 @@ def request_from_spec(spec: Mapping[str, Any]) -> PlanRequest:
     if quantization is not None:
         quantization = str(quantization).lower()
         if quantization not in _QUANTIZATION_BYTES:
-            raise PlanInputError("spec.model.quantization", f"must be awq or gptq, got {quantization!r}")
+            raise PlanInputError(
+                "spec.model.quantization", f"must be awq or gptq, got {quantization!r}"
+            )
 
     utilization = serving.get("gpuMemoryUtilization", _DEFAULT_GPU_MEMORY_UTILIZATION)
     try:
         utilization = float(utilization)
     except (TypeError, ValueError):
-        raise PlanInputError("spec.serving.gpuMemoryUtilization", f"must be a number, got {utilization!r}") from None
+        raise PlanInputError(
+            "spec.serving.gpuMemoryUtilization", f"must be a number, got {utilization!r}"
+        ) from None
     if not 0.05 <= utilization <= 1.0:
-        raise PlanInputError("spec.serving.gpuMemoryUtilization", f"must be in (0.05, 1], got {utilization}")
+        raise PlanInputError(
+            "spec.serving.gpuMemoryUtilization", f"must be in (0.05, 1], got {utilization}"
+        )
 
     objective = str(parallelism.get("objective") or "Latency")
     if objective not in OBJECTIVES:
-        raise PlanInputError("spec.parallelism.objective", f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+        raise PlanInputError(
+            "spec.parallelism.objective",
+            f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}",
+        )
 
     products = placement_spec.get("gpuProducts") or []
     if not isinstance(products, list) or not all(isinstance(p, str) for p in products):
@@ -241,8 +262,12 @@ def request_from_spec(spec: Mapping[str, Any]) -> PlanRequest:
         arch=_architecture(name, architecture),
         dtype=dtype,
         quantization=quantization,
-        max_model_len=_positive_int(serving.get("maxModelLen"), "spec.serving.maxModelLen", _DEFAULT_MAX_MODEL_LEN),  # type: ignore[arg-type]
-        max_concurrency=_positive_int(serving.get("maxConcurrency"), "spec.serving.maxConcurrency", _DEFAULT_MAX_CONCURRENCY),  # type: ignore[arg-type]
+        max_model_len=_positive_int(
+            serving.get("maxModelLen"), "spec.serving.maxModelLen", _DEFAULT_MAX_MODEL_LEN
+        ),  # type: ignore[arg-type]
+        max_concurrency=_positive_int(
+            serving.get("maxConcurrency"), "spec.serving.maxConcurrency", _DEFAULT_MAX_CONCURRENCY
+        ),  # type: ignore[arg-type]
         gpu_memory_utilization=utilization,
         objective=objective,
         tensor=_positive_int(parallelism.get("tensor"), "spec.parallelism.tensor", None),

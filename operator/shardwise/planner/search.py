@@ -18,7 +18,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from shardwise import pricing
-from shardwise.planner import capacity, inventory, layouts, memory, performance, placement, plans, reasons
+from shardwise.planner import (
+    capacity,
+    inventory,
+    layouts,
+    memory,
+    performance,
+    placement,
+    plans,
+    reasons,
+)
 from shardwise.planner.request import PlanRequest
 
 # Under the Latency objective a layout with more GPUs must cut ITL by this much to win: halving a
@@ -68,14 +77,23 @@ class Candidate:
     @property
     def identity(self) -> tuple[str, int, int, int, str, bool]:
         lay = self.layout
-        return (self.shape.product, lay.tp, lay.pp, lay.nodes, self.shape.interconnect, lay.tp_spans_nodes)
+        return (
+            self.shape.product,
+            lay.tp,
+            lay.pp,
+            lay.nodes,
+            self.shape.interconnect,
+            lay.tp_spans_nodes,
+        )
 
     def tie_break(self) -> tuple[str, int, int, int, str]:
         lay = self.layout
         return (self.shape.product, lay.gpus, -lay.tp, lay.nodes, self.eligible.nodes[0].name)
 
 
-def _eligible(request: PlanRequest, inv: inventory.Inventory) -> tuple[list[Eligible], dict[str, int]]:
+def _eligible(
+    request: PlanRequest, inv: inventory.Inventory
+) -> tuple[list[Eligible], dict[str, int]]:
     """Pools the spec may use, and how many GPU nodes each rule excluded."""
     excluded: Counter[str] = Counter()
     result = []
@@ -92,7 +110,9 @@ def _eligible(request: PlanRequest, inv: inventory.Inventory) -> tuple[list[Elig
         if pool.shape.gpu.memory_mib <= 0:
             excluded["unknown GPU product without nvidia.com/gpu.memory"] += count
             continue
-        nodes = tuple(n for n in pool.nodes if placement.selector_matches(n.labels, request.node_selector))
+        nodes = tuple(
+            n for n in pool.nodes if placement.selector_matches(n.labels, request.node_selector)
+        )
         excluded["nodeSelector"] += count - len(nodes)
         if nodes:
             result.append(Eligible(pool=pool, nodes=nodes))
@@ -122,7 +142,10 @@ def _hardware(shape: inventory.GpuShape, lay: layouts.Layout) -> performance.Har
 
 
 def _evaluate(
-    request: PlanRequest, eligible: Eligible, lay: layouts.Layout, prices: Mapping[str, float] | None
+    request: PlanRequest,
+    eligible: Eligible,
+    lay: layouts.Layout,
+    prices: Mapping[str, float] | None,
 ) -> Candidate:
     shape = eligible.shape
     fit = memory.memory_per_gpu(
@@ -202,7 +225,12 @@ def _rank(candidates: Sequence[Candidate], objective: str) -> list[Candidate]:
     if objective == "Cost":
         return sorted(
             candidates,
-            key=lambda c: (round(c.hourly_usd, 6), c.per_million_usd, c.prediction.itl_s, c.tie_break()),
+            key=lambda c: (
+                round(c.hourly_usd, 6),
+                c.per_million_usd,
+                c.prediction.itl_s,
+                c.tie_break(),
+            ),
         )
     by_gpus = sorted(candidates, key=lambda c: (c.layout.gpus, c.prediction.itl_s, c.tie_break()))
     best = by_gpus[0]
@@ -226,7 +254,9 @@ def _capacity(candidate: Candidate) -> tuple[bool, str]:
     )
 
 
-def _to_plan(candidate: Candidate, reason: str, code: str, rejected: str | None = None) -> plans.Plan:
+def _to_plan(
+    candidate: Candidate, reason: str, code: str, rejected: str | None = None
+) -> plans.Plan:
     lay, pred = candidate.layout, candidate.prediction
     schedulable, message = _capacity(candidate)
     return plans.Plan(
@@ -256,11 +286,16 @@ def _to_plan(candidate: Candidate, reason: str, code: str, rejected: str | None 
 
 
 def _alternatives(
-    request: PlanRequest, chosen: Candidate | None, ranked: Sequence[Candidate], unfit: Sequence[Candidate]
+    request: PlanRequest,
+    chosen: Candidate | None,
+    ranked: Sequence[Candidate],
+    unfit: Sequence[Candidate],
 ) -> tuple[plans.Plan, ...]:
     seen = {chosen.identity} if chosen else set()
     picked: list[plans.Plan] = []
-    closest_unfit = sorted(unfit, key=lambda c: (c.fit.needed_gib / c.fit.usable_gib, c.tie_break()))
+    closest_unfit = sorted(
+        unfit, key=lambda c: (c.fit.needed_gib / c.fit.usable_gib, c.tie_break())
+    )
     for candidate in [*ranked, *closest_unfit]:
         if len(picked) == 3:
             break
@@ -293,11 +328,15 @@ def plan(
 
     eligible, excluded = _eligible(request, inv)
     if not eligible:
-        return plans.Plan(False, reasons.no_matching_nodes(request, inv, excluded), plans.NO_MATCHING_NODES)
+        return plans.Plan(
+            False, reasons.no_matching_nodes(request, inv, excluded), plans.NO_MATCHING_NODES
+        )
 
     candidates = [c for e in eligible for c in _pool_candidates(request, e, prices)]
     if not candidates:
-        code, text = reasons.no_layout(request, [e.shape for e in eligible], [len(e.nodes) for e in eligible])
+        code, text = reasons.no_layout(
+            request, [e.shape for e in eligible], [len(e.nodes) for e in eligible]
+        )
         return plans.Plan(False, text, code)
 
     fitting = [c for c in candidates if c.fit.fits]
@@ -315,4 +354,6 @@ def plan(
     chosen = ranked[0]
     text = reasons.planned(request, chosen, ranked, candidates)
     result = _to_plan(chosen, text, plans.PLANNED)
-    return plans.Plan(**{**result.__dict__, "alternatives": _alternatives(request, chosen, ranked[1:], unfit)})
+    return plans.Plan(
+        **{**result.__dict__, "alternatives": _alternatives(request, chosen, ranked[1:], unfit)}
+    )

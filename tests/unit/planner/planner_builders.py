@@ -1,4 +1,4 @@
-"""Small builders for Node, Pod and spec dicts, so planner tests read as the cluster they describe."""
+"""Builders for Node, Pod and spec dicts, so planner tests read as the cluster they describe."""
 
 from __future__ import annotations
 
@@ -29,7 +29,11 @@ def node(
     unschedulable: bool = False,
     ready: bool = True,
 ) -> dict[str, Any]:
-    all_labels = {"kubernetes.io/hostname": name, "nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(gpus)}
+    all_labels = {
+        "kubernetes.io/hostname": name,
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.count": str(gpus),
+    }
     if memory_mib:
         all_labels["nvidia.com/gpu.memory"] = str(memory_mib)
     if interconnect:
@@ -45,7 +49,10 @@ def node(
     return {
         "kind": "Node",
         "metadata": {"name": name, "labels": all_labels},
-        "spec": {"taints": [KWOK_TAINT] if taints is None else taints, "unschedulable": unschedulable},
+        "spec": {
+            "taints": [KWOK_TAINT] if taints is None else taints,
+            "unschedulable": unschedulable,
+        },
         "status": {
             "capacity": {"nvidia.com/gpu": str(gpus)},
             "allocatable": resources,
@@ -67,7 +74,9 @@ def a100_pcie_node(name: str, **kw: Any) -> dict[str, Any]:
 
 
 def gb200_node(name: str, clique: str | None = "cluster-1.7", **kw: Any) -> dict[str, Any]:
-    return node(name, GB200, 4, interconnect="nvswitch", domain=4, bandwidth=1800, clique=clique, **kw)
+    return node(
+        name, GB200, 4, interconnect="nvswitch", domain=4, bandwidth=1800, clique=clique, **kw
+    )
 
 
 def pod(node_name: str, gpus: int, *, phase: str = "Running", name: str = "p") -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""`shardwise plan` contract: JSON is exactly Plan.to_dict(), exit 0 feasible, 2 infeasible, 1 bad input."""
+"""`shardwise plan` contract: JSON is Plan.to_dict(); exit 0 feasible, 2 infeasible, 1 bad input."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from shardwise import planner
 from shardwise.planner import cli
 
@@ -17,11 +16,30 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DEPLOYMENTS = FIXTURES / "deployments"
 NODES = FIXTURES / "nodes"
 TOP_KEYS = {
-    "feasible", "tensorParallel", "pipelineParallel", "gpusPerReplica", "nodesPerReplica", "gpusPerNode",
-    "gpuProduct", "interconnect", "reason", "reasonCode", "schedulableNow", "capacityMessage", "predicted",
-    "memory", "alternatives",
+    "feasible",
+    "tensorParallel",
+    "pipelineParallel",
+    "gpusPerReplica",
+    "nodesPerReplica",
+    "gpusPerNode",
+    "gpuProduct",
+    "interconnect",
+    "reason",
+    "reasonCode",
+    "schedulableNow",
+    "capacityMessage",
+    "predicted",
+    "memory",
+    "alternatives",
 }
-PREDICTED_KEYS = {"itlMs", "ttftMs", "tokensPerSecond", "hourlyUSD", "perMillionOutputTokensUSD", "priceSource"}
+PREDICTED_KEYS = {
+    "itlMs",
+    "ttftMs",
+    "tokensPerSecond",
+    "hourlyUSD",
+    "perMillionOutputTokensUSD",
+    "priceSource",
+}
 
 
 def _plan_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
@@ -43,9 +61,21 @@ def _plan_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dic
         ("qwen-7b-tp8", "mixed", 2, None, None),
     ],
 )
-def test_fixture_plans(capsys: pytest.CaptureFixture[str], deployment: str, nodes: str, code: int,
-                       tp: int | None, pp: int | None) -> None:
-    status, result = _plan_json(capsys, "-f", str(DEPLOYMENTS / f"{deployment}.yaml"), "--nodes", str(NODES / f"{nodes}.yaml"))
+def test_fixture_plans(
+    capsys: pytest.CaptureFixture[str],
+    deployment: str,
+    nodes: str,
+    code: int,
+    tp: int | None,
+    pp: int | None,
+) -> None:
+    status, result = _plan_json(
+        capsys,
+        "-f",
+        str(DEPLOYMENTS / f"{deployment}.yaml"),
+        "--nodes",
+        str(NODES / f"{nodes}.yaml"),
+    )
     assert status == code
     assert set(result) == TOP_KEYS
     assert result["feasible"] is (code == 0)
@@ -61,39 +91,76 @@ def test_json_is_exactly_to_dict(capsys: pytest.CaptureFixture[str]) -> None:
     _, printed = _plan_json(capsys, "-f", str(deployment), "--nodes", str(nodes))
     spec = yaml.safe_load(deployment.read_text())["spec"]
     items = yaml.safe_load(nodes.read_text())["items"]
-    expected = planner.plan(planner.request_from_spec(spec), planner.inventory_from_nodes(items)).to_dict()
+    expected = planner.plan(
+        planner.request_from_spec(spec), planner.inventory_from_nodes(items)
+    ).to_dict()
     assert printed == expected
 
 
 def test_pods_in_the_nodes_file_count_as_busy(capsys: pytest.CaptureFixture[str]) -> None:
-    status, result = _plan_json(capsys, "-f", str(DEPLOYMENTS / "llama-3.1-70b.yaml"), "--nodes", str(NODES / "h100-busy.yaml"))
+    status, result = _plan_json(
+        capsys,
+        "-f",
+        str(DEPLOYMENTS / "llama-3.1-70b.yaml"),
+        "--nodes",
+        str(NODES / "h100-busy.yaml"),
+    )
     assert status == 0 and result["schedulableNow"] is False
     assert "fits when 4 more are freed" in result["capacityMessage"]
 
 
 def test_bad_input_is_one_line_naming_the_field(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["plan", "-f", str(DEPLOYMENTS / "unknown-model.yaml"), "--nodes", str(NODES / "mixed.yaml")])
+    code = cli.main(
+        [
+            "plan",
+            "-f",
+            str(DEPLOYMENTS / "unknown-model.yaml"),
+            "--nodes",
+            str(NODES / "mixed.yaml"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert err.count("\n") == 1 and "spec.model.architecture" in err
 
 
 def test_missing_file_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code = cli.main(["plan", "-f", str(tmp_path / "absent.yaml"), "--nodes", str(NODES / "mixed.yaml")])
+    code = cli.main(
+        ["plan", "-f", str(tmp_path / "absent.yaml"), "--nodes", str(NODES / "mixed.yaml")]
+    )
     assert code == 1 and "-f: cannot read" in capsys.readouterr().err
 
 
 def test_cluster_price_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     prices = tmp_path / "prices.yaml"
     prices.write_text("NVIDIA-H100-80GB-HBM3: 4.0\n")
-    code = cli.main(["plan", "-f", str(DEPLOYMENTS / "llama-3.1-70b.yaml"), "--nodes", str(NODES / "h100-nvswitch-2x8.yaml"),
-                     "--prices", str(prices), "-o", "json"])
+    code = cli.main(
+        [
+            "plan",
+            "-f",
+            str(DEPLOYMENTS / "llama-3.1-70b.yaml"),
+            "--nodes",
+            str(NODES / "h100-nvswitch-2x8.yaml"),
+            "--prices",
+            str(prices),
+            "-o",
+            "json",
+        ]
+    )
     predicted = json.loads(capsys.readouterr().out)["predicted"]
     assert code == 0 and predicted["priceSource"] == "cluster" and predicted["hourlyUSD"] == 32.0
 
 
 def test_table_output_for_people(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["plan", "-f", str(DEPLOYMENTS / "llama-3.1-70b.yaml"), "--nodes", str(NODES / "l40s-pcie-2x4.yaml")])
+    code = cli.main(
+        [
+            "plan",
+            "-f",
+            str(DEPLOYMENTS / "llama-3.1-70b.yaml"),
+            "--nodes",
+            str(NODES / "l40s-pcie-2x4.yaml"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "TP4 x PP2" in out and "ALTERNATIVES" in out and "REJECTED BECAUSE" in out
@@ -101,10 +168,23 @@ def test_table_output_for_people(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_subprocess_exit_codes() -> None:
     """The module runs as a program, as `shardwise plan` will, with the same exit statuses."""
+
     def run(deployment: str) -> int:
         return subprocess.run(
-            [sys.executable, "-m", "shardwise.planner.cli", "plan", "-f", str(DEPLOYMENTS / f"{deployment}.yaml"),
-             "--nodes", str(NODES / "mixed.yaml"), "-o", "json"],
-            capture_output=True, check=False,
+            [
+                sys.executable,
+                "-m",
+                "shardwise.planner.cli",
+                "plan",
+                "-f",
+                str(DEPLOYMENTS / f"{deployment}.yaml"),
+                "--nodes",
+                str(NODES / "mixed.yaml"),
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            check=False,
         ).returncode
+
     assert [run("llama-3.1-8b"), run("unknown-model"), run("llama-3.1-405b-l40s")] == [0, 1, 2]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from planner_builders import H100, h100_node, node, pod, spec
 from shardwise import planner, pricing
 from shardwise.planner import gpus, models, placement
@@ -12,7 +11,11 @@ from shardwise.planner import gpus, models, placement
 def test_defaults() -> None:
     request = planner.request_from_spec({"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}})
     assert (request.dtype, request.max_model_len, request.max_concurrency) == ("bfloat16", 8192, 16)
-    assert (request.gpu_memory_utilization, request.objective, request.bytes_per_weight) == (0.9, "Latency", 2.0)
+    assert (request.gpu_memory_utilization, request.objective, request.bytes_per_weight) == (
+        0.9,
+        "Latency",
+        2.0,
+    )
 
 
 @pytest.mark.parametrize(
@@ -43,10 +46,23 @@ def test_moe_and_mla_catalog_entries() -> None:
 
 def test_architecture_overrides_and_supplies() -> None:
     request = planner.request_from_spec(
-        spec("acme/new-13b", model_fields={"architecture": {"parameters": "13B", "layers": 40,
-             "hiddenSize": 5120, "attentionHeads": 40}})
+        spec(
+            "acme/new-13b",
+            model_fields={
+                "architecture": {
+                    "parameters": "13B",
+                    "layers": 40,
+                    "hiddenSize": 5120,
+                    "attentionHeads": 40,
+                }
+            },
+        )
     )
-    assert request.arch.kv_heads == 40 and request.arch.head_dim == 128 and request.arch.parameters == 13e9
+    assert (
+        request.arch.kv_heads == 40
+        and request.arch.head_dim == 128
+        and request.arch.parameters == 13e9
+    )
     overridden = planner.request_from_spec(
         spec("meta-llama/Llama-3.1-8B-Instruct", model_fields={"architecture": {"layers": 30}})
     )
@@ -61,14 +77,41 @@ def test_architecture_overrides_and_supplies() -> None:
         ({"model": {"name": "acme/x", "architecture": {"layers": 2}}}, "spec.model.architecture"),
         ({"model": {"name": "Qwen/Qwen2.5-7B", "dtype": "int3"}}, "spec.model.dtype"),
         ({"model": {"name": "Qwen/Qwen2.5-7B", "quantization": "bnb"}}, "spec.model.quantization"),
-        ({"model": {"name": "Qwen/Qwen2.5-7B"}, "serving": {"maxModelLen": 0}}, "spec.serving.maxModelLen"),
-        ({"model": {"name": "Qwen/Qwen2.5-7B"}, "serving": {"maxConcurrency": "many"}}, "spec.serving.maxConcurrency"),
-        ({"model": {"name": "Qwen/Qwen2.5-7B"}, "serving": {"gpuMemoryUtilization": 1.5}}, "spec.serving.gpuMemoryUtilization"),
-        ({"model": {"name": "Qwen/Qwen2.5-7B"}, "parallelism": {"objective": "Speed"}}, "spec.parallelism.objective"),
-        ({"model": {"name": "Qwen/Qwen2.5-7B"}, "parallelism": {"tensor": -2}}, "spec.parallelism.tensor"),
-        ({"model": {"name": "Qwen/Qwen2.5-7B"}, "placement": {"gpuProducts": "H100"}}, "spec.placement.gpuProducts"),
-        ({"model": {"name": "Qwen/Qwen2.5-7B"}, "placement": {"tolerations": [{"operator": "In"}]}}, "spec.placement.tolerations[0].operator"),
-        ({"model": {"name": "Qwen/Qwen2.5-7B"}, "pricing": {"gpuHourUSD": "cheap"}}, "spec.pricing.gpuHourUSD"),
+        (
+            {"model": {"name": "Qwen/Qwen2.5-7B"}, "serving": {"maxModelLen": 0}},
+            "spec.serving.maxModelLen",
+        ),
+        (
+            {"model": {"name": "Qwen/Qwen2.5-7B"}, "serving": {"maxConcurrency": "many"}},
+            "spec.serving.maxConcurrency",
+        ),
+        (
+            {"model": {"name": "Qwen/Qwen2.5-7B"}, "serving": {"gpuMemoryUtilization": 1.5}},
+            "spec.serving.gpuMemoryUtilization",
+        ),
+        (
+            {"model": {"name": "Qwen/Qwen2.5-7B"}, "parallelism": {"objective": "Speed"}},
+            "spec.parallelism.objective",
+        ),
+        (
+            {"model": {"name": "Qwen/Qwen2.5-7B"}, "parallelism": {"tensor": -2}},
+            "spec.parallelism.tensor",
+        ),
+        (
+            {"model": {"name": "Qwen/Qwen2.5-7B"}, "placement": {"gpuProducts": "H100"}},
+            "spec.placement.gpuProducts",
+        ),
+        (
+            {
+                "model": {"name": "Qwen/Qwen2.5-7B"},
+                "placement": {"tolerations": [{"operator": "In"}]},
+            },
+            "spec.placement.tolerations[0].operator",
+        ),
+        (
+            {"model": {"name": "Qwen/Qwen2.5-7B"}, "pricing": {"gpuHourUSD": "cheap"}},
+            "spec.pricing.gpuHourUSD",
+        ),
     ],
 )
 def test_bad_input_names_the_field(bad: dict, field: str) -> None:
@@ -110,20 +153,28 @@ def test_inventory_groups_identical_nodes_and_counts_free_gpus() -> None:
 
 def test_init_containers_hold_the_larger_request() -> None:
     p = pod("n0", 1)
-    p["spec"]["initContainers"] = [{"name": "i", "resources": {"requests": {"nvidia.com/gpu": "4"}}}]
+    p["spec"]["initContainers"] = [
+        {"name": "i", "resources": {"requests": {"nvidia.com/gpu": "4"}}}
+    ]
     inventory = planner.inventory_from_nodes([h100_node("n0")], [p])
     assert inventory.pools[0].nodes[0].free_gpus == 4
 
 
 def test_topology_labels_and_defaults() -> None:
-    inventory = planner.inventory_from_nodes([
-        node("a", H100, 8, interconnect="nvswitch"),  # domain defaults to the node's GPUs
-        node("b", H100, 8, domain=4),  # a domain without interconnect implies NVLink
-        node("c", H100, 8),  # nothing: PCIe, unlabelled
-        node("d", H100, 8, interconnect="pcie", domain=8),  # PCIe wins over a stray domain
-    ])
+    inventory = planner.inventory_from_nodes(
+        [
+            node("a", H100, 8, interconnect="nvswitch"),  # domain defaults to the node's GPUs
+            node("b", H100, 8, domain=4),  # a domain without interconnect implies NVLink
+            node("c", H100, 8),  # nothing: PCIe, unlabelled
+            node("d", H100, 8, interconnect="pcie", domain=8),  # PCIe wins over a stray domain
+        ]
+    )
     shapes = {p.nodes[0].name: p.shape for p in inventory.pools}
-    assert (shapes["a"].interconnect, shapes["a"].nvlink_domain, shapes["a"].nvlink_gbps) == ("nvswitch", 8, 900)
+    assert (shapes["a"].interconnect, shapes["a"].nvlink_domain, shapes["a"].nvlink_gbps) == (
+        "nvswitch",
+        8,
+        900,
+    )
     assert (shapes["b"].interconnect, shapes["b"].nvlink_domain) == ("nvlink", 4)
     assert (shapes["c"].interconnect, shapes["c"].topology_labelled) == ("pcie", False)
     assert (shapes["d"].interconnect, shapes["d"].nvlink_domain) == ("pcie", 1)

@@ -9,19 +9,33 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from planner_builders import KWOK_TOLERATION, node
 from shardwise import planner
 from shardwise.planner import gpus, memory, models, performance
 
 MODEL_NAMES = [
-    "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct",
-    "meta-llama/Llama-3.1-405B-Instruct", "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-72B-Instruct",
-    "mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mixtral-8x7B-Instruct-v0.1", "deepseek-ai/DeepSeek-R1",
-    "google/gemma-2-9b-it", "google/gemma-2-27b-it",
+    "meta-llama/Llama-3.2-1B",
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "meta-llama/Llama-3.1-70B-Instruct",
+    "meta-llama/Llama-3.1-405B-Instruct",
+    "Qwen/Qwen2.5-7B-Instruct",
+    "Qwen/Qwen2.5-72B-Instruct",
+    "mistralai/Mistral-7B-Instruct-v0.3",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    "deepseek-ai/DeepSeek-R1",
+    "google/gemma-2-9b-it",
+    "google/gemma-2-27b-it",
 ]
-PRODUCTS = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S", "NVIDIA-A100-80GB-PCIe", "NVIDIA-L4", "NVIDIA-H200",
-            "NVIDIA-A100-SXM4-40GB", "NVIDIA-GB200", "NVIDIA-A10G"]
+PRODUCTS = [
+    "NVIDIA-H100-80GB-HBM3",
+    "NVIDIA-L40S",
+    "NVIDIA-A100-80GB-PCIe",
+    "NVIDIA-L4",
+    "NVIDIA-H200",
+    "NVIDIA-A100-SXM4-40GB",
+    "NVIDIA-GB200",
+    "NVIDIA-A10G",
+]
 
 
 @st.composite
@@ -34,7 +48,16 @@ def pools(draw: st.DrawFn) -> list[dict]:
         domain = {"nvswitch": count, "nvlink": min(2, count), "pcie": 1, None: None}[interconnect]
         clique = draw(st.sampled_from([None, "fabric.1"])) if interconnect == "nvswitch" else None
         for n in range(draw(st.integers(1, 4))):
-            result.append(node(f"p{index}-n{n}", product, count, interconnect=interconnect, domain=domain, clique=clique))
+            result.append(
+                node(
+                    f"p{index}-n{n}",
+                    product,
+                    count,
+                    interconnect=interconnect,
+                    domain=domain,
+                    clique=clique,
+                )
+            )
     return result
 
 
@@ -48,16 +71,22 @@ def specs(draw: st.DrawFn) -> dict:
         model["dtype"] = dtype
     return {
         "model": model,
-        "serving": {"maxModelLen": draw(st.sampled_from([2048, 8192, 32768])),
-                    "maxConcurrency": draw(st.integers(1, 64)),
-                    "gpuMemoryUtilization": draw(st.sampled_from([0.8, 0.9, 0.95]))},
+        "serving": {
+            "maxModelLen": draw(st.sampled_from([2048, 8192, 32768])),
+            "maxConcurrency": draw(st.integers(1, 64)),
+            "gpuMemoryUtilization": draw(st.sampled_from([0.8, 0.9, 0.95])),
+        },
         "parallelism": {"objective": draw(st.sampled_from(["Latency", "Throughput", "Cost"]))},
         "placement": {"tolerations": [KWOK_TOLERATION]},
     }
 
 
 def _shape_of(inventory: planner.Inventory, product: str, gpus_per_node: int) -> list:
-    return [p.shape for p in inventory.pools if p.shape.product == product and p.shape.gpus_per_node >= gpus_per_node]
+    return [
+        p.shape
+        for p in inventory.pools
+        if p.shape.product == product and p.shape.gpus_per_node >= gpus_per_node
+    ]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -76,7 +105,10 @@ def test_every_feasible_plan_is_legal(nodes: list[dict], spec: dict) -> None:
         assert arch.kv_heads % tp == 0 or tp % arch.kv_heads == 0
         assert pp <= arch.layers
         m = p["memory"]
-        assert m["weightsGiBPerGPU"] + m["kvCacheGiBPerGPU"] + m["overheadGiBPerGPU"] <= m["usableGiBPerGPU"] + 0.02
+        assert (
+            m["weightsGiBPerGPU"] + m["kvCacheGiBPerGPU"] + m["overheadGiBPerGPU"]
+            <= m["usableGiBPerGPU"] + 0.02
+        )
         shapes = _shape_of(inventory, p["gpuProduct"], p["gpusPerNode"])
         assert shapes
         # TP inside one NVLink domain (or one node without NVLink), unless a clique spans nodes.
@@ -95,7 +127,9 @@ def test_every_feasible_plan_is_legal(nodes: list[dict], spec: dict) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(nodes=pools(), spec=specs(), seed=st.integers(0, 1000))
-def test_plans_are_deterministic_and_ignore_node_order(nodes: list[dict], spec: dict, seed: int) -> None:
+def test_plans_are_deterministic_and_ignore_node_order(
+    nodes: list[dict], spec: dict, seed: int
+) -> None:
     request = planner.request_from_spec(spec)
     first = planner.plan(request, planner.inventory_from_nodes(nodes)).to_dict()
     shuffled = list(nodes)
@@ -104,14 +138,21 @@ def test_plans_are_deterministic_and_ignore_node_order(nodes: list[dict], spec: 
 
 
 def _hw(link: performance.Link, inter_node_hops: int = 0) -> performance.Hardware:
-    return performance.Hardware(memory_bandwidth_gbps=3350, bf16_tflops=989, tp_link=link,
-                                stage_link=link, inter_node_hops=inter_node_hops)
+    return performance.Hardware(
+        memory_bandwidth_gbps=3350,
+        bf16_tflops=989,
+        tp_link=link,
+        stage_link=link,
+        inter_node_hops=inter_node_hops,
+    )
 
 
 def _work(name: str, concurrency: int = 16) -> performance.Workload:
     arch = models.lookup_model(name)
     assert arch is not None
-    return performance.Workload(arch=arch, bytes_per_weight=2.0, max_model_len=8192, max_concurrency=concurrency)
+    return performance.Workload(
+        arch=arch, bytes_per_weight=2.0, max_model_len=8192, max_concurrency=concurrency
+    )
 
 
 @pytest.mark.parametrize("gpus_", [2, 4, 8])
@@ -123,22 +164,30 @@ def test_on_nvlink_tp_beats_pp_on_itl_and_ttft(gpus_: int) -> None:
 
 
 def test_tp_across_nodes_over_network_would_lose_to_pp() -> None:
-    """What the rule 'PP across nodes' rests on: a TP all-reduce over the NIC costs more than a hop."""
+    """The rule 'PP across nodes' rests on this: an all-reduce over a NIC costs more than a hop."""
     work = _work("meta-llama/Llama-3.1-405B-Instruct")
-    network = performance.Link(kind="network", gbps=performance.INTER_NODE_GBPS, alpha_s=25e-6, beta_s=10e-6)
+    network = performance.Link(
+        kind="network", gbps=performance.INTER_NODE_GBPS, alpha_s=25e-6, beta_s=10e-6
+    )
     tp16 = performance.predict(work, _hw(network), 16, 1)
     tp8_pp2 = performance.predict(work, _hw(performance.nvlink(900), inter_node_hops=1), 8, 2)
     assert tp8_pp2.itl_s < tp16.itl_s
 
 
 def test_pcie_many_streams_favour_pp_few_streams_favour_tp() -> None:
-    """vLLM's advice for PCIe-only nodes (PP for throughput) holds once batches make TP's all-reduces
-    large; with few streams TP's split of the weight reads wins."""
+    """vLLM's advice for PCIe-only nodes (PP for throughput) holds once batches make TP's
+    all-reduces large; with few streams TP's split of the weight reads wins."""
     link = performance.pcie(32)
     busy = _work("meta-llama/Llama-3.1-8B-Instruct", concurrency=256)
-    assert performance.predict(busy, _hw(link), 1, 4).tokens_per_s > performance.predict(busy, _hw(link), 4, 1).tokens_per_s
+    assert (
+        performance.predict(busy, _hw(link), 1, 4).tokens_per_s
+        > performance.predict(busy, _hw(link), 4, 1).tokens_per_s
+    )
     quiet = _work("meta-llama/Llama-3.1-8B-Instruct", concurrency=1)
-    assert performance.predict(quiet, _hw(link), 4, 1).itl_s < performance.predict(quiet, _hw(link), 1, 4).itl_s
+    assert (
+        performance.predict(quiet, _hw(link), 4, 1).itl_s
+        < performance.predict(quiet, _hw(link), 1, 4).itl_s
+    )
 
 
 def test_prediction_never_beats_the_floor() -> None:
@@ -151,12 +200,26 @@ def test_prediction_never_beats_the_floor() -> None:
 def test_memory_worked_example_from_the_docstring() -> None:
     arch = models.lookup_model("meta-llama/Llama-3.1-70B-Instruct")
     assert arch is not None
-    fit = memory.memory_per_gpu(arch, bytes_per_weight=2, max_model_len=8192, max_concurrency=16,
-                                gpu_memory_utilization=0.9, gpu_memory_mib=81559, tp=4, pp=1)
-    assert (round(fit.weights_gib, 1), round(fit.kv_cache_gib, 1), round(fit.usable_gib, 1)) == (32.9, 10.0, 71.7)
+    fit = memory.memory_per_gpu(
+        arch,
+        bytes_per_weight=2,
+        max_model_len=8192,
+        max_concurrency=16,
+        gpu_memory_utilization=0.9,
+        gpu_memory_mib=81559,
+        tp=4,
+        pp=1,
+    )
+    assert (round(fit.weights_gib, 1), round(fit.kv_cache_gib, 1), round(fit.usable_gib, 1)) == (
+        32.9,
+        10.0,
+        71.7,
+    )
     assert math.isclose(fit.overhead_gib, 1.625) and fit.fits
 
 
 def test_performance_worked_example_from_the_docstring() -> None:
-    prediction = performance.predict(_work("meta-llama/Llama-3.1-70B-Instruct"), _hw(performance.nvlink(900)), 4, 1)
+    prediction = performance.predict(
+        _work("meta-llama/Llama-3.1-70B-Instruct"), _hw(performance.nvlink(900)), 4, 1
+    )
     assert 15.0 < prediction.itl_s * 1e3 < 16.0
