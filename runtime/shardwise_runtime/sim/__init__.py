@@ -8,5 +8,6 @@ predictions, so latency rises with load and falls when the load spreads over mor
 Modules: `config` (what one engine is), `latency` (pure latency model), `protocol` and `errors`
 (pure OpenAI/vLLM bodies), `metrics` (vLLM's Prometheus families), `engine` (admission, timing,
 accounting), `app` (HTTP), `pods` (pure pod -> engine mapping), `fleet` (pod watch shell),
-`load` (load generator), `loopback` (the guard that keeps all traffic on 127.0.0.0/8), `server` (CLI).
+`load` (load generator), `targets` (load targets that follow a deployment's pods), `loopback`
+(the guard that keeps all traffic on 127.0.0.0/8), `server` (CLI).
 """

@@ -25,8 +25,7 @@ _JSON = "application/json"
 def _json(payload: Any, status: int = 200) -> web.Response:
     # Compact separators, as FastAPI renders vLLM's bodies.
     body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
-    return web.Response(status=status, body=body,
-                        headers={"content-type": _JSON})
+    return web.Response(status=status, body=body, headers={"content-type": _JSON})
 
 
 def _error(body: errors.ErrorBody) -> web.Response:
@@ -46,9 +45,15 @@ async def models(request: web.Request) -> web.Response:
     """GET /v1/models (models.json)."""
     engine = request.app[ENGINE_KEY]
     config = engine.config
-    return _json(protocol.models_response(
-        config.served_model_names, config.model, config.max_model_len, engine.started,
-        engine.new_id("modelperm")))
+    return _json(
+        protocol.models_response(
+            config.served_model_names,
+            config.model,
+            config.max_model_len,
+            engine.started,
+            engine.new_id("modelperm"),
+        )
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -71,21 +76,37 @@ async def _complete(request: web.Request, kind: protocol.Kind) -> web.StreamResp
     plan = plan_generation(parsed, engine.config, engine.rng)
     if not isinstance(plan, Plan):
         return _error(plan)
-    ident = protocol.Identity(id=engine.new_id("chatcmpl" if kind == "chat" else "cmpl"),
-                              created=int(time.time()), model=plan.model,
-                              system_fingerprint=engine.system_fingerprint)
+    ident = protocol.Identity(
+        id=engine.new_id("chatcmpl" if kind == "chat" else "cmpl"),
+        created=int(time.time()),
+        model=plan.model,
+        system_fingerprint=engine.system_fingerprint,
+    )
     if parsed.stream:
         return await _stream(request, engine, kind, plan, ident, parsed.include_usage)
     async with engine.generate(plan) as generation:
         async for _ in generation:
             pass
     build = protocol.chat_response if kind == "chat" else protocol.completion_response
-    return _json(build(ident, protocol.generated_text(generation.emitted), plan.finish_reason,
-                       plan.prompt_tokens, generation.emitted))
+    return _json(
+        build(
+            ident,
+            protocol.generated_text(generation.emitted),
+            plan.finish_reason,
+            plan.prompt_tokens,
+            generation.emitted,
+        )
+    )
 
 
-async def _stream(request: web.Request, engine: Engine, kind: protocol.Kind, plan: Plan,
-                  ident: protocol.Identity, include_usage: bool) -> web.StreamResponse:
+async def _stream(
+    request: web.Request,
+    engine: Engine,
+    kind: protocol.Kind,
+    plan: Plan,
+    ident: protocol.Identity,
+    include_usage: bool,
+) -> web.StreamResponse:
     response = web.StreamResponse(headers={"content-type": "text/event-stream; charset=utf-8"})
     await response.prepare(request)
     try:
@@ -94,8 +115,9 @@ async def _stream(request: web.Request, engine: Engine, kind: protocol.Kind, pla
                 if index == 0 and kind == "chat":
                     await response.write(protocol.sse_event(protocol.role_chunk(ident)))
                 last = index == plan.tokens - 1
-                chunk = protocol.token_chunk(ident, kind, protocol.token_text(index),
-                                             plan.finish_reason if last else None)
+                chunk = protocol.token_chunk(
+                    ident, kind, protocol.token_text(index), plan.finish_reason if last else None
+                )
                 await response.write(protocol.sse_event(chunk))
         if include_usage:
             usage = protocol.usage_chunk(ident, kind, plan.prompt_tokens, generation.emitted)
@@ -130,7 +152,9 @@ def build_app(engine: Engine) -> web.Application:
     return app
 
 
-async def start_site(engine: Engine, *, shutdown_timeout_s: float = 60.0) -> tuple[web.AppRunner, int]:
+async def start_site(
+    engine: Engine, *, shutdown_timeout_s: float = 60.0
+) -> tuple[web.AppRunner, int]:
     """Serve `engine` on its configured host and port in the running loop.
 
     Returns the runner (clean it up to stop serving) and the bound port, which differs from the

@@ -38,31 +38,46 @@ class Plan:
     n: int
 
 
-def plan_generation(request: protocol.Request, config: EngineConfig,
-                    rng: random.Random) -> Plan | errors.ErrorBody:
+def plan_generation(
+    request: protocol.Request, config: EngineConfig, rng: random.Random
+) -> Plan | errors.ErrorBody:
     """Accept a request (and decide its output length) or return the error vLLM would give."""
     if request.model is not None and request.model not in config.served_model_names:
         return errors.unknown_model(request.model, config.served_model_names)
     if request.n != 1:
-        return errors.unsupported("the simulated engine generates one choice per request (n=1)", "n")
+        return errors.unsupported(
+            "the simulated engine generates one choice per request (n=1)", "n"
+        )
     model = request.model or config.served_model_name
     room = config.max_model_len - request.prompt_tokens
     if request.max_tokens is None:
         if room < 1:
             return errors.context_too_long(request.prompt_tokens, 1, config.max_model_len)
         tokens = min(rng.randint(*NATURAL_LENGTH), room)
-        return Plan(model, request.prompt_tokens, tokens, room,
-                    "stop" if tokens < room else "length", request.n)
+        return Plan(
+            model,
+            request.prompt_tokens,
+            tokens,
+            room,
+            "stop" if tokens < room else "length",
+            request.n,
+        )
     if request.max_tokens < 1:
-        return errors.error_body(f"max_tokens must be at least 1, got {request.max_tokens}.",
-                                 "BadRequestError", "max_tokens", 400)
+        return errors.error_body(
+            f"max_tokens must be at least 1, got {request.max_tokens}.",
+            "BadRequestError",
+            "max_tokens",
+            400,
+        )
     if request.max_tokens > config.max_model_len:
         return errors.max_tokens_too_large(request.max_tokens, config.max_model_len)
     if request.max_tokens > room:
-        return errors.context_too_long(request.prompt_tokens, request.max_tokens,
-                                       config.max_model_len)
-    return Plan(model, request.prompt_tokens, request.max_tokens, request.max_tokens, "length",
-                request.n)
+        return errors.context_too_long(
+            request.prompt_tokens, request.max_tokens, config.max_model_len
+        )
+    return Plan(
+        model, request.prompt_tokens, request.max_tokens, request.max_tokens, "length", request.n
+    )
 
 
 class Generation:
@@ -87,8 +102,11 @@ class Generation:
             now = time.monotonic()
             if index == 0:
                 self.first_token_at = now
-                engine.metrics.observe_prefill(plan.prompt_tokens, now - self.arrival,
-                                               step_tokens=plan.prompt_tokens + engine.running - 1)
+                engine.metrics.observe_prefill(
+                    plan.prompt_tokens,
+                    now - self.arrival,
+                    step_tokens=plan.prompt_tokens + engine.running - 1,
+                )
             else:
                 assert self.last_token_at is not None
                 engine.metrics.observe_token(now - self.last_token_at)
@@ -103,18 +121,22 @@ class Engine:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        self.latency = latency.LatencyModel(ttft_s=config.ttft_ms / 1000,
-                                            itl_s=config.itl_ms / 1000,
-                                            max_concurrency=config.max_concurrency)
+        self.latency = latency.LatencyModel(
+            ttft_s=config.ttft_ms / 1000,
+            itl_s=config.itl_ms / 1000,
+            max_concurrency=config.max_concurrency,
+        )
         # A KV cache that holds max_concurrency full contexts: usage reaches 1 only when a full
         # batch of maximal requests runs, as with vLLM's own sizing for max_num_seqs.
         self.kv_cache_tokens = config.max_concurrency * config.max_model_len
-        self.metrics = metrics.EngineMetrics(config.served_model_name, config.max_model_len,
-                                             self.kv_cache_tokens)
+        self.metrics = metrics.EngineMetrics(
+            config.served_model_name, config.max_model_len, self.kv_cache_tokens
+        )
         self.rng = random.Random(config.seed)
         digest = hashlib.sha256(f"{config.model}:{config.seed}".encode()).hexdigest()
-        self.system_fingerprint = protocol.system_fingerprint(config.tensor_parallel_size,
-                                                              digest[:8])
+        self.system_fingerprint = protocol.system_fingerprint(
+            config.tensor_parallel_size, digest[:8]
+        )
         self.started = int(time.time())
         self.running = 0
         self.waiting = 0
@@ -165,9 +187,16 @@ class Engine:
         plan = generation.plan
         first = generation.first_token_at or generation.scheduled
         last = generation.last_token_at or first
-        self.metrics.observe_finished(metrics.FinishedRequest(
-            finished_reason=plan.finish_reason, prompt_tokens=plan.prompt_tokens,
-            generation_tokens=generation.emitted, max_generation_tokens=plan.max_tokens,
-            n=plan.n, e2e_s=last - generation.arrival,
-            queue_s=generation.scheduled - generation.arrival,
-            prefill_s=first - generation.scheduled, decode_s=last - first))
+        self.metrics.observe_finished(
+            metrics.FinishedRequest(
+                finished_reason=plan.finish_reason,
+                prompt_tokens=plan.prompt_tokens,
+                generation_tokens=generation.emitted,
+                max_generation_tokens=plan.max_tokens,
+                n=plan.n,
+                e2e_s=last - generation.arrival,
+                queue_s=generation.scheduled - generation.arrival,
+                prefill_s=first - generation.scheduled,
+                decode_s=last - first,
+            )
+        )

@@ -22,24 +22,36 @@ def error_body(message: str, type_: str, param: str | None, code: int) -> ErrorB
 
 def unknown_model(requested: str, aliases: tuple[str, ...]) -> ErrorBody:
     """404 for a `model` that is none of the served names."""
-    return error_body(f"The model `{requested}` does not exist. Valid aliases: {', '.join(aliases)}.",
-                      "NotFoundError", "model", 404)
+    return error_body(
+        f"The model `{requested}` does not exist. Valid aliases: {', '.join(aliases)}.",
+        "NotFoundError",
+        "model",
+        404,
+    )
 
 
 def max_tokens_too_large(max_tokens: int, max_model_len: int) -> ErrorBody:
     """400 for max_tokens beyond the context window on its own (captured verbatim)."""
-    return error_body(f"max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}. "
-                      f"Please request fewer output tokens. (parameter=max_tokens, value={max_tokens})",
-                      "BadRequestError", "max_tokens", 400)
+    return error_body(
+        f"max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+        f"Please request fewer output tokens. (parameter=max_tokens, value={max_tokens})",
+        "BadRequestError",
+        "max_tokens",
+        400,
+    )
 
 
 def context_too_long(prompt_tokens: int, max_tokens: int, max_model_len: int) -> ErrorBody:
     """400 for prompt + max_tokens beyond the context window (wording not in the captures)."""
-    return error_body(f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
-                      f"maximum context length is {max_model_len} tokens and your request has "
-                      f"{prompt_tokens} input tokens ({max_tokens} > {max_model_len} - {prompt_tokens}). "
-                      f"(parameter=max_tokens, value={max_tokens})",
-                      "BadRequestError", "max_tokens", 400)
+    return error_body(
+        f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
+        f"maximum context length is {max_model_len} tokens and your request has "
+        f"{prompt_tokens} input tokens ({max_tokens} > {max_model_len} - {prompt_tokens}). "
+        f"(parameter=max_tokens, value={max_tokens})",
+        "BadRequestError",
+        "max_tokens",
+        400,
+    )
 
 
 def unsupported(message: str, param: str) -> ErrorBody:
@@ -57,8 +69,17 @@ def validation_failed(errors: list[dict[str, Any]]) -> ErrorBody:
 
 def invalid_json(reason: str) -> ErrorBody:
     """400 for a body that is not JSON, in FastAPI's json_invalid shape."""
-    return validation_failed([{"type": "json_invalid", "loc": "body", "msg": "JSON decode error",
-                               "input": {}, "ctx": {"error": reason}}])
+    return validation_failed(
+        [
+            {
+                "type": "json_invalid",
+                "loc": "body",
+                "msg": "JSON decode error",
+                "input": {},
+                "ctx": {"error": reason},
+            }
+        ]
+    )
 
 
 def _typed(expected: type, kind: str, msg: str) -> Check:
@@ -67,6 +88,7 @@ def _typed(expected: type, kind: str, msg: str) -> Check:
         # but vLLM clients never send one on purpose, so treat it as a type error.
         ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
         return None if ok else (kind, msg)
+
     return check
 
 
@@ -76,27 +98,41 @@ _BOOL = _typed(bool, "bool_type", "Input should be a valid boolean")
 _DICT = _typed(dict, "dict_type", "Input should be a valid dictionary")
 _LIST = _typed(list, "list_type", "Input should be a valid list")
 
-_COMMON: Mapping[str, Check] = {"model": _STRING, "max_tokens": _INT, "n": _INT, "seed": _INT,
-                                "stream": _BOOL, "stream_options": _DICT, "ignore_eos": _BOOL}
+_COMMON: Mapping[str, Check] = {
+    "model": _STRING,
+    "max_tokens": _INT,
+    "n": _INT,
+    "seed": _INT,
+    "stream": _BOOL,
+    "stream_options": _DICT,
+    "ignore_eos": _BOOL,
+}
 _CHAT: Mapping[str, Check] = {**_COMMON, "max_completion_tokens": _INT}
 
 
-def _check_fields(body: Mapping[str, Any], checks: Mapping[str, Check],
-                  prefix: str) -> list[dict[str, Any]]:
+def _check_fields(
+    body: Mapping[str, Any], checks: Mapping[str, Check], prefix: str
+) -> list[dict[str, Any]]:
     errors = []
     for field, check in checks.items():
         value = body.get(field)
         problem = None if value is None else check(value)
         if problem:
-            errors.append({"type": problem[0], "loc": f"{prefix}.{field}", "msg": problem[1],
-                           "input": value})
+            errors.append(
+                {"type": problem[0], "loc": f"{prefix}.{field}", "msg": problem[1], "input": value}
+            )
     return errors
 
 
 def _not_an_object(body: object) -> list[dict[str, Any]]:
-    return [{"type": "model_attributes_type", "loc": "body",
-             "msg": "Input should be a valid dictionary or object to extract fields from",
-             "input": body}]
+    return [
+        {
+            "type": "model_attributes_type",
+            "loc": "body",
+            "msg": "Input should be a valid dictionary or object to extract fields from",
+            "input": body,
+        }
+    ]
 
 
 def _missing(body: Mapping[str, Any], field: str) -> dict[str, Any]:
@@ -113,19 +149,39 @@ def validate_chat(body: object) -> list[dict[str, Any]]:
         return [_missing(body, "messages"), *errors]
     problem = _LIST(messages)
     if problem:
-        return [{"type": problem[0], "loc": "body.messages", "msg": problem[1], "input": messages},
-                *errors]
+        return [
+            {"type": problem[0], "loc": "body.messages", "msg": problem[1], "input": messages},
+            *errors,
+        ]
     for index, message in enumerate(messages):
         where = f"body.messages.{index}"
         if not isinstance(message, dict):
-            errors.append({"type": "dict_type", "loc": where,
-                           "msg": "Input should be a valid dictionary", "input": message})
+            errors.append(
+                {
+                    "type": "dict_type",
+                    "loc": where,
+                    "msg": "Input should be a valid dictionary",
+                    "input": message,
+                }
+            )
         elif "role" not in message:
-            errors.append({"type": "missing", "loc": f"{where}.role", "msg": "Field required",
-                           "input": message})
+            errors.append(
+                {
+                    "type": "missing",
+                    "loc": f"{where}.role",
+                    "msg": "Field required",
+                    "input": message,
+                }
+            )
         elif not isinstance(message["role"], str):
-            errors.append({"type": "string_type", "loc": f"{where}.role",
-                           "msg": "Input should be a valid string", "input": message["role"]})
+            errors.append(
+                {
+                    "type": "string_type",
+                    "loc": f"{where}.role",
+                    "msg": "Input should be a valid string",
+                    "input": message["role"],
+                }
+            )
     return errors
 
 
@@ -138,6 +194,12 @@ def validate_completion(body: object) -> list[dict[str, Any]]:
     if prompt is None:
         return [_missing(body, "prompt"), *errors]
     if not isinstance(prompt, (str, list)):
-        errors.append({"type": "string_type", "loc": "body.prompt",
-                       "msg": "Input should be a valid string", "input": prompt})
+        errors.append(
+            {
+                "type": "string_type",
+                "loc": "body.prompt",
+                "msg": "Input should be a valid string",
+                "input": prompt,
+            }
+        )
     return errors

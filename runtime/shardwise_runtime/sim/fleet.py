@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -60,23 +61,32 @@ class Fleet:
 
     async def _start(self, key: str, engine_config: EngineConfig) -> None:
         try:
-            runner, _ = await app.start_site(Engine(engine_config),
-                                             shutdown_timeout_s=SHUTDOWN_TIMEOUT_S)
+            runner, _ = await app.start_site(
+                Engine(engine_config), shutdown_timeout_s=SHUTDOWN_TIMEOUT_S
+            )
         except OSError as error:
             # Another process holds the address; the next event or resync tries again.
-            log.warning("cannot serve %s on %s:%d: %s", key, engine_config.host,
-                        engine_config.port, error)
+            log.warning(
+                "cannot serve %s on %s:%d: %s", key, engine_config.host, engine_config.port, error
+            )
             return
         self._engines[key] = (engine_config, runner)
-        log.info("started engine for %s on %s:%d serving %s", key, engine_config.host,
-                 engine_config.port, ",".join(engine_config.served_model_names))
+        log.info(
+            "started engine for %s on %s:%d serving %s",
+            key,
+            engine_config.host,
+            engine_config.port,
+            ",".join(engine_config.served_model_names),
+        )
 
     async def close(self) -> None:
         """Stop every engine."""
         await self.apply({})
 
 
-def _list_and_watch(api: client.CoreV1Api, namespace: str, emit: Callable[[PodEvent], None]) -> None:
+def _list_and_watch(
+    api: client.CoreV1Api, namespace: str, emit: Callable[[PodEvent], None]
+) -> None:
     """Blocking: list, then watch until a timeout or error, forever; errors back off."""
     serialize = api.api_client.sanitize_for_serialization
     kwargs: dict[str, Any] = {"label_selector": pods.INFERENCE_LABEL}
@@ -90,8 +100,12 @@ def _list_and_watch(api: client.CoreV1Api, namespace: str, emit: Callable[[PodEv
         try:
             listing = list_pods(**kwargs)
             emit(("SYNC", [serialize(pod) for pod in listing.items]))
-            stream = watch.Watch().stream(list_pods, resource_version=listing.metadata.resource_version,
-                                          timeout_seconds=WATCH_TIMEOUT_S, **kwargs)
+            stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                list_pods,
+                resource_version=listing.metadata.resource_version,
+                timeout_seconds=WATCH_TIMEOUT_S,
+                **kwargs,
+            )
             for event in stream:
                 if event["type"] == "ERROR":
                     break  # typically 410 Gone: relist
@@ -99,7 +113,7 @@ def _list_and_watch(api: client.CoreV1Api, namespace: str, emit: Callable[[PodEv
             backoff = 1.0
         except Exception as error:  # noqa: BLE001 - the watch must survive anything the API does
             log.warning("pod watch failed, relisting in %.0fs: %s", backoff, error)
-            threading.Event().wait(backoff)
+            time.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
 
 
@@ -123,12 +137,16 @@ def desired_engines(known: Mapping[str, Mapping[str, Any]]) -> dict[str, EngineC
 
 async def run_fleet(kubeconfig: str, namespace: str) -> None:
     """Serve an engine for every serving pod until cancelled."""
-    api = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+    kube = config.new_client_from_config(kubeconfig)  # type: ignore[no-untyped-call]
+    api = client.CoreV1Api(kube)
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[PodEvent] = asyncio.Queue()
-    threading.Thread(target=_list_and_watch, name="pod-watch", daemon=True,
-                     args=(api, namespace, lambda e: loop.call_soon_threadsafe(events.put_nowait, e)),
-                     ).start()
+    threading.Thread(
+        target=_list_and_watch,
+        name="pod-watch",
+        daemon=True,
+        args=(api, namespace, lambda e: loop.call_soon_threadsafe(events.put_nowait, e)),
+    ).start()
     fleet = Fleet()
     known: dict[str, dict[str, Any]] = {}
     try:

@@ -71,9 +71,14 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
     ok = [r for r in records if r.error is None]
     ttft = [r.client_ttft_s for r in ok if r.client_ttft_s is not None]
     e2e = [r.client_e2e_s for r in ok]
-    return Summary(requests=len(records), errors=len(records) - len(ok),
-                   ttft_p50_s=percentile(ttft, 50), ttft_p95_s=percentile(ttft, 95),
-                   e2e_p50_s=percentile(e2e, 50), e2e_p95_s=percentile(e2e, 95))
+    return Summary(
+        requests=len(records),
+        errors=len(records) - len(ok),
+        ttft_p50_s=percentile(ttft, 50),
+        ttft_p95_s=percentile(ttft, 95),
+        e2e_p50_s=percentile(e2e, 50),
+        e2e_p95_s=percentile(e2e, 95),
+    )
 
 
 def write_csv(records: Sequence[RequestRecord], out: IO[str]) -> None:
@@ -85,8 +90,9 @@ def write_csv(records: Sequence[RequestRecord], out: IO[str]) -> None:
         writer.writerow(dataclasses.asdict(record))
 
 
-async def _one(client: openai.AsyncOpenAI, index: int, target: str, model: str,
-               max_tokens: int) -> RequestRecord:
+async def _one(
+    client: openai.AsyncOpenAI, index: int, target: str, model: str, max_tokens: int
+) -> RequestRecord:
     start = time.perf_counter()
     ttft: float | None = None
     chunks = 0
@@ -97,29 +103,53 @@ async def _one(client: openai.AsyncOpenAI, index: int, target: str, model: str,
         # costs ~0.5 ms of CPU; at a few thousand chunks/s on two cores a parsing client falls
         # behind and would report its own backlog as the server's TTFT.
         async with client.chat.completions.with_streaming_response.create(
-                model=model, messages=[{"role": "user", "content": PROMPT}],
-                max_tokens=max_tokens, stream=True,
-                stream_options={"include_usage": True}) as response:
+            model=model,
+            messages=[{"role": "user", "content": PROMPT}],
+            max_tokens=max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+        ) as response:
             async for line in response.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
-                chunk = json.loads(line[len("data: "):])
+                chunk = json.loads(line[len("data: ") :])
                 if chunk.get("choices"):
                     chunks += 1
                     if ttft is None:
                         ttft = time.perf_counter() - start
                 usage = chunk.get("usage") or usage
     except (openai.OpenAIError, OSError, ValueError) as error:
-        return RequestRecord(index, max_tokens, ttft, time.perf_counter() - start, chunks, target,
-                             error=f"{type(error).__name__}: {error}")
-    return RequestRecord(index, max_tokens, ttft, time.perf_counter() - start, chunks, target,
-                         prompt_tokens=usage.get("prompt_tokens"),
-                         completion_tokens=usage.get("completion_tokens"))
+        return RequestRecord(
+            index,
+            max_tokens,
+            ttft,
+            time.perf_counter() - start,
+            chunks,
+            target,
+            error=f"{type(error).__name__}: {error}",
+        )
+    return RequestRecord(
+        index,
+        max_tokens,
+        ttft,
+        time.perf_counter() - start,
+        chunks,
+        target,
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+    )
 
 
-async def run_load(targets: Targets, model: str, rps: float, duration_s: float, *,
-                   concurrency: int = 64, max_tokens: int | Sequence[int] = 32,
-                   request_timeout_s: float = 60.0) -> list[RequestRecord]:
+async def run_load(
+    targets: Targets,
+    model: str,
+    rps: float,
+    duration_s: float,
+    *,
+    concurrency: int = 64,
+    max_tokens: int | Sequence[int] = 32,
+    request_timeout_s: float = 60.0,
+) -> list[RequestRecord]:
     """Send round(rps * duration_s) streaming chat requests at a fixed rate; return what was seen.
 
     `targets` are base URLs ending in /v1 (a list, or a callable asked before each request);
@@ -138,9 +168,12 @@ async def run_load(targets: Targets, model: str, rps: float, duration_s: float, 
 
     def client_for(url: str) -> openai.AsyncOpenAI:
         if url not in clients:
-            clients[url] = openai.AsyncOpenAI(base_url=loopback.require_loopback_url(url),
-                                              api_key="EMPTY", timeout=request_timeout_s,
-                                              max_retries=0)
+            clients[url] = openai.AsyncOpenAI(
+                base_url=loopback.require_loopback_url(url),
+                api_key="EMPTY",
+                timeout=request_timeout_s,
+                max_retries=0,
+            )
         return clients[url]
 
     if not callable(targets):

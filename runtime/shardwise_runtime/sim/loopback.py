@@ -26,6 +26,8 @@ def require_loopback_url(url: str) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ValueError(f"not an http(s) URL: {url!r}")
     if not is_loopback_host(parsed.hostname):
-        raise ValueError(f"refusing non-loopback target {parsed.hostname!r}: the simulator only "
-                         "talks to 127.0.0.0/8 and ::1")
+        raise ValueError(
+            f"refusing non-loopback target {parsed.hostname!r}: the simulator only "
+            "talks to 127.0.0.0/8 and ::1"
+        )
     return url

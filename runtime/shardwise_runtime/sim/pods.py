@@ -73,7 +73,7 @@ def parse_vllm_args(argv: Sequence[str]) -> VllmArgs:
     values: dict[str, list[str]] = {}
     positional: str | None = None
     if "serve" in tokens:
-        after = tokens[tokens.index("serve") + 1:]
+        after = tokens[tokens.index("serve") + 1 :]
         if after and not after[0].startswith("-"):
             positional = after[0]
     index = 0
@@ -91,13 +91,16 @@ def parse_vllm_args(argv: Sequence[str]) -> VllmArgs:
             collected.append(tokens[index])
             index += 1
         values[name] = collected
-    model = (values.get("model") or [positional])[0]
+    model = values["model"][0] if values.get("model") else positional
     served = tuple(values.get("served-model-name", ()))
     first = {name: (found[0] if found else None) for name, found in values.items()}
-    return VllmArgs(model=model, served_model_names=served,
-                    max_model_len=_int(first.get("max-model-len")),
-                    max_num_seqs=_int(first.get("max-num-seqs")),
-                    tensor_parallel_size=_int(first.get("tensor-parallel-size")))
+    return VllmArgs(
+        model=model,
+        served_model_names=served,
+        max_model_len=_int(first.get("max-model-len")),
+        max_num_seqs=_int(first.get("max-num-seqs")),
+        tensor_parallel_size=_int(first.get("tensor-parallel-size")),
+    )
 
 
 def _vllm_container(pod: Mapping[str, Any]) -> VllmArgs | None:
@@ -108,7 +111,7 @@ def _vllm_container(pod: Mapping[str, Any]) -> VllmArgs | None:
     return None
 
 
-def _positive(text: object, kind: type[int] | type[float]) -> float | None:
+def _positive(text: object, kind: type[int | float]) -> float | None:
     try:
         value = kind(str(text))
     except (TypeError, ValueError):
@@ -152,18 +155,23 @@ def engine_config_from_pod(pod: Mapping[str, Any]) -> EngineConfig | None:
     itl = _positive(annotations.get(ITL_ANNOTATION), float)
     concurrency = _positive(annotations.get(MAX_CONCURRENCY_ANNOTATION), int)
     return EngineConfig(
-        host=str(ip), port=VLLM_PORT, model=str(model),
+        host=str(ip),
+        port=VLLM_PORT,
+        model=str(model),
         served_model_names=tuple(str(name) for name in served),
-        ttft_ms=ttft or _DEFAULTS.ttft_ms, itl_ms=itl or _DEFAULTS.itl_ms,
+        ttft_ms=ttft or _DEFAULTS.ttft_ms,
+        itl_ms=itl or _DEFAULTS.itl_ms,
         max_concurrency=int(concurrency or args.max_num_seqs or _DEFAULTS.max_concurrency),
         max_model_len=args.max_model_len or _DEFAULTS.max_model_len,
         tensor_parallel_size=args.tensor_parallel_size or _DEFAULTS.tensor_parallel_size,
         # Distinct per pod so that replicas do not answer with identical ids and lengths.
-        seed=zlib.crc32((meta.get("uid") or pod_key(pod)).encode()))
+        seed=zlib.crc32((meta.get("uid") or pod_key(pod)).encode()),
+    )
 
 
-def plan_fleet(running: Mapping[str, EngineConfig],
-               desired: Mapping[str, EngineConfig]) -> FleetChanges:
+def plan_fleet(
+    running: Mapping[str, EngineConfig], desired: Mapping[str, EngineConfig]
+) -> FleetChanges:
     """Stop engines that are gone or changed, start new or changed ones.
 
     Two pods can briefly claim one IP (KWOK reuses a deleted pod's address); the engine already

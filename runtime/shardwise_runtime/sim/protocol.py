@@ -60,15 +60,20 @@ def _content_text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content
-                       if isinstance(part, dict) and isinstance(part.get("text"), str))
+        return "".join(
+            part.get("text", "")
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
     return ""
 
 
 def chat_prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
     """Prompt tokens of a chat request: message texts plus the template's per-message markers."""
-    return sum(CHAT_TOKENS_PER_MESSAGE + count_text_tokens(_content_text(m.get("content")))
-               for m in messages)
+    return sum(
+        CHAT_TOKENS_PER_MESSAGE + count_text_tokens(_content_text(m.get("content")))
+        for m in messages
+    )
 
 
 def completion_prompt_tokens(prompt: str | Sequence[Any]) -> int:
@@ -87,10 +92,15 @@ def read_request(kind: Kind, body: Mapping[str, Any]) -> Request:
         prompt_tokens = completion_prompt_tokens(body["prompt"])
         max_tokens = body.get("max_tokens")
     stream_options = body.get("stream_options") or {}
-    return Request(kind=kind, model=body.get("model"), prompt_tokens=prompt_tokens,
-                   max_tokens=max_tokens, stream=bool(body.get("stream")),
-                   include_usage=bool(stream_options.get("include_usage")),
-                   n=body.get("n") or 1)
+    return Request(
+        kind=kind,
+        model=body.get("model"),
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        stream=bool(body.get("stream")),
+        include_usage=bool(stream_options.get("include_usage")),
+        n=body.get("n") or 1,
+    )
 
 
 def token_text(index: int) -> str:
@@ -104,38 +114,97 @@ def generated_text(tokens: int) -> str:
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
 
 
-def chat_response(ident: Identity, text: str, finish_reason: FinishReason,
-                  prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def chat_response(
+    ident: Identity,
+    text: str,
+    finish_reason: FinishReason,
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict[str, Any]:
     """Non-streaming chat completion (chat.json)."""
-    message = {"role": "assistant", "content": text, "refusal": None, "annotations": None,
-               "audio": None, "function_call": None, "reasoning": None}
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason,
-              "stop_reason": None, "token_ids": None, "routed_experts": None}
-    return {"id": ident.id, "object": "chat.completion", "created": ident.created,
-            "model": ident.model, "choices": [choice], "service_tier": None,
-            "system_fingerprint": ident.system_fingerprint,
-            "usage": {**_usage(prompt_tokens, completion_tokens), "prompt_tokens_details": None,
-                      "completion_tokens_details": None},
-            "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None,
-            "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+    message = {
+        "role": "assistant",
+        "content": text,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+        "reasoning": None,
+    }
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "stop_reason": None,
+        "token_ids": None,
+        "routed_experts": None,
+    }
+    return {
+        "id": ident.id,
+        "object": "chat.completion",
+        "created": ident.created,
+        "model": ident.model,
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": ident.system_fingerprint,
+        "usage": {
+            **_usage(prompt_tokens, completion_tokens),
+            "prompt_tokens_details": None,
+            "completion_tokens_details": None,
+        },
+        "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "prompt_text": None,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
+    }
 
 
-def completion_response(ident: Identity, text: str, finish_reason: FinishReason,
-                        prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def completion_response(
+    ident: Identity,
+    text: str,
+    finish_reason: FinishReason,
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict[str, Any]:
     """Non-streaming text completion (completion.json)."""
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
-              "stop_reason": None, "token_ids": None, "prompt_logprobs": None,
-              "prompt_token_ids": None, "routed_experts": None}
-    return {"id": ident.id, "object": "text_completion", "created": ident.created,
-            "model": ident.model, "choices": [choice], "service_tier": None,
-            "system_fingerprint": ident.system_fingerprint,
-            "usage": {**_usage(prompt_tokens, completion_tokens), "prompt_tokens_details": None,
-                      "completion_tokens_details": None},
-            "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+    choice = {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "stop_reason": None,
+        "token_ids": None,
+        "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "routed_experts": None,
+    }
+    return {
+        "id": ident.id,
+        "object": "text_completion",
+        "created": ident.created,
+        "model": ident.model,
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": ident.system_fingerprint,
+        "usage": {
+            **_usage(prompt_tokens, completion_tokens),
+            "prompt_tokens_details": None,
+            "completion_tokens_details": None,
+        },
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
+    }
 
 
 def _chunk_head(ident: Identity, kind: Kind) -> dict[str, Any]:
@@ -145,14 +214,23 @@ def _chunk_head(ident: Identity, kind: Kind) -> dict[str, Any]:
 
 def role_chunk(ident: Identity) -> dict[str, Any]:
     """The first chat chunk: the assistant role with empty content, sent with the first token."""
-    choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-              "finish_reason": None}
-    return {**_chunk_head(ident, "chat"), "choices": [choice], "prompt_token_ids": None,
-            "prompt_text": None}
+    choice = {
+        "index": 0,
+        "delta": {"role": "assistant", "content": ""},
+        "logprobs": None,
+        "finish_reason": None,
+    }
+    return {
+        **_chunk_head(ident, "chat"),
+        "choices": [choice],
+        "prompt_token_ids": None,
+        "prompt_text": None,
+    }
 
 
-def token_chunk(ident: Identity, kind: Kind, text: str,
-                finish_reason: FinishReason | None) -> dict[str, Any]:
+def token_chunk(
+    ident: Identity, kind: Kind, text: str, finish_reason: FinishReason | None
+) -> dict[str, Any]:
     """One generated token; the last one carries finish_reason and stop_reason."""
     choice: dict[str, Any] = {"index": 0}
     if kind == "chat":
@@ -167,35 +245,62 @@ def token_chunk(ident: Identity, kind: Kind, text: str,
     return {**_chunk_head(ident, kind), "choices": [choice]}
 
 
-def usage_chunk(ident: Identity, kind: Kind, prompt_tokens: int,
-                completion_tokens: int) -> dict[str, Any]:
+def usage_chunk(
+    ident: Identity, kind: Kind, prompt_tokens: int, completion_tokens: int
+) -> dict[str, Any]:
     """The final chunk with `stream_options.include_usage`: no choices, usage and fingerprint."""
-    return {**_chunk_head(ident, kind), "choices": [], "usage": _usage(prompt_tokens, completion_tokens),
-            "system_fingerprint": ident.system_fingerprint}
+    return {
+        **_chunk_head(ident, kind),
+        "choices": [],
+        "usage": _usage(prompt_tokens, completion_tokens),
+        "system_fingerprint": ident.system_fingerprint,
+    }
 
 
 def sse_event(payload: Mapping[str, Any] | str) -> bytes:
     """One server-sent event, framed as vLLM frames it: `data: <compact json>` and a blank line."""
-    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"),
-                                                              ensure_ascii=False)
+    data = (
+        payload
+        if isinstance(payload, str)
+        else json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    )
     return f"data: {data}\n\n".encode()
 
 
 SSE_DONE = sse_event("[DONE]")
 
 
-def models_response(served_names: Sequence[str], root: str, max_model_len: int, created: int,
-                    permission_id: str) -> dict[str, Any]:
+def models_response(
+    served_names: Sequence[str], root: str, max_model_len: int, created: int, permission_id: str
+) -> dict[str, Any]:
     """GET /v1/models (models.json): one entry per served name, all rooted at the model path."""
+
     def entry(name: str) -> dict[str, Any]:
-        permission = {"id": permission_id, "object": "model_permission", "created": created,
-                      "allow_create_engine": False, "allow_sampling": True,
-                      "allow_logprobs": True, "allow_search_indices": False,
-                      "allow_view": True, "allow_fine_tuning": False, "organization": "*",
-                      "group": None, "is_blocking": False}
-        return {"id": name, "object": "model", "created": created, "owned_by": "vllm",
-                "root": root, "parent": None, "max_model_len": max_model_len,
-                "permission": [permission]}
+        permission = {
+            "id": permission_id,
+            "object": "model_permission",
+            "created": created,
+            "allow_create_engine": False,
+            "allow_sampling": True,
+            "allow_logprobs": True,
+            "allow_search_indices": False,
+            "allow_view": True,
+            "allow_fine_tuning": False,
+            "organization": "*",
+            "group": None,
+            "is_blocking": False,
+        }
+        return {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": root,
+            "parent": None,
+            "max_model_len": max_model_len,
+            "permission": [permission],
+        }
+
     return {"object": "list", "data": [entry(name) for name in served_names]}
 
 

@@ -4,7 +4,9 @@
                         [--ttft-ms X] [--itl-ms Y] [--max-concurrency N] [--max-model-len L]
                         [--tensor-parallel-size T] [--seed S]
     shardwise-sim fleet --kubeconfig PATH [--namespace NS|all]
-    shardwise-sim load  --base-url URL [--base-url URL ...] --model NAME --rps R --duration S
+    shardwise-sim load  (--base-url URL [--base-url URL ...] |
+                         --deployment NAME --kubeconfig PATH [--namespace NS])
+                        --model NAME --rps R --duration S
                         [--concurrency C] [--max-tokens N] [--timeout S] [--csv OUT]
 
 Only argument parsing and process wiring live here; each command's work is in its own module.
@@ -37,14 +39,27 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", required=True, help="loopback IP to bind (127.0.0.0/8 or ::1)")
     serve.add_argument("--port", type=int, default=VLLM_PORT)
     serve.add_argument("--model", required=True, help="the model path vLLM would load")
-    serve.add_argument("--served-model-name", nargs="+", default=None,
-                       help="names clients use (default: --model)")
-    serve.add_argument("--ttft-ms", type=float, default=defaults.ttft_ms,
-                       help="predicted TTFT on an idle engine for a 512-token prompt")
-    serve.add_argument("--itl-ms", type=float, default=defaults.itl_ms,
-                       help="predicted inter-token latency for a batch of one")
-    serve.add_argument("--max-concurrency", type=int, default=defaults.max_concurrency,
-                       help="running batch size; further requests queue")
+    serve.add_argument(
+        "--served-model-name", nargs="+", default=None, help="names clients use (default: --model)"
+    )
+    serve.add_argument(
+        "--ttft-ms",
+        type=float,
+        default=defaults.ttft_ms,
+        help="predicted TTFT on an idle engine for a 512-token prompt",
+    )
+    serve.add_argument(
+        "--itl-ms",
+        type=float,
+        default=defaults.itl_ms,
+        help="predicted inter-token latency for a batch of one",
+    )
+    serve.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=defaults.max_concurrency,
+        help="running batch size; further requests queue",
+    )
     serve.add_argument("--max-model-len", type=int, default=defaults.max_model_len)
     serve.add_argument("--tensor-parallel-size", type=int, default=defaults.tensor_parallel_size)
     serve.add_argument("--seed", type=int, default=defaults.seed)
@@ -54,9 +69,20 @@ def _parser() -> argparse.ArgumentParser:
     fleet.add_argument("--namespace", default="all", help="a namespace, or `all` (default)")
 
     loadgen = commands.add_parser("load", help="stream chat requests at a fixed rate")
-    loadgen.add_argument("--base-url", action="append", required=True,
-                         help="OpenAI base URL on loopback, e.g. http://127.1.0.5:8000/v1; "
-                              "repeat to round-robin over replicas")
+    where = loadgen.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--base-url",
+        action="append",
+        help="OpenAI base URL on loopback, e.g. http://127.1.0.5:8000/v1; "
+        "repeat to round-robin over replicas",
+    )
+    where.add_argument(
+        "--deployment",
+        help="follow this InferenceDeployment's ready serving pods "
+        "(needs --kubeconfig and --namespace)",
+    )
+    loadgen.add_argument("--kubeconfig", help="with --deployment")
+    loadgen.add_argument("--namespace", default="default", help="with --deployment")
     loadgen.add_argument("--model", required=True)
     loadgen.add_argument("--rps", type=float, required=True)
     loadgen.add_argument("--duration", type=float, required=True, help="seconds")
@@ -69,18 +95,25 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(args: argparse.Namespace) -> int:
     engine_config = EngineConfig(
-        host=args.host, port=args.port, model=args.model,
-        served_model_names=tuple(args.served_model_name or [args.model]), ttft_ms=args.ttft_ms,
-        itl_ms=args.itl_ms, max_concurrency=args.max_concurrency,
-        max_model_len=args.max_model_len, tensor_parallel_size=args.tensor_parallel_size,
-        seed=args.seed)
+        host=args.host,
+        port=args.port,
+        model=args.model,
+        served_model_names=tuple(args.served_model_name or [args.model]),
+        ttft_ms=args.ttft_ms,
+        itl_ms=args.itl_ms,
+        max_concurrency=args.max_concurrency,
+        max_model_len=args.max_model_len,
+        tensor_parallel_size=args.tensor_parallel_size,
+        seed=args.seed,
+    )
 
     async def application() -> web.Application:
         # The engine's semaphore belongs to the loop run_app creates, so build it inside.
         return app.build_app(Engine(engine_config))
 
-    web.run_app(application(), host=engine_config.host, port=engine_config.port,
-                access_log=None, print=None)
+    web.run_app(
+        application(), host=engine_config.host, port=engine_config.port, access_log=None, print=None
+    )
     return 0
 
 
@@ -94,17 +127,41 @@ def _fleet(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace) -> int:
-    records = asyncio.run(load.run_load(
-        args.base_url, args.model, args.rps, args.duration, concurrency=args.concurrency,
-        max_tokens=args.max_tokens, request_timeout_s=args.timeout))
+    targets: load.Targets = args.base_url
+    if args.deployment:
+        if not args.kubeconfig:
+            raise ValueError("--deployment needs --kubeconfig")
+        # Imported here for the same reason as in _fleet.
+        from shardwise_runtime.sim import targets as pod_targets
+
+        targets = pod_targets.follow_deployment(args.kubeconfig, args.namespace, args.deployment)
+    records = asyncio.run(
+        load.run_load(
+            targets,
+            args.model,
+            args.rps,
+            args.duration,
+            concurrency=args.concurrency,
+            max_tokens=args.max_tokens,
+            request_timeout_s=args.timeout,
+        )
+    )
     if args.csv:
         with open(args.csv, "w", encoding="utf-8") as out:
             load.write_csv(records, out)
     summary = load.summarize(records)
-    figures = {key: (round(value * 1000, 1) if key.endswith("_s") and value is not None else value)
-               for key, value in dataclasses.asdict(summary).items()}
-    print(json.dumps({key.removesuffix("_s") + ("_ms" if key.endswith("_s") else ""): value
-                      for key, value in figures.items()}))
+    figures = {
+        key: (round(value * 1000, 1) if key.endswith("_s") and value is not None else value)
+        for key, value in dataclasses.asdict(summary).items()
+    }
+    print(
+        json.dumps(
+            {
+                key.removesuffix("_s") + ("_ms" if key.endswith("_s") else ""): value
+                for key, value in figures.items()
+            }
+        )
+    )
     return 0 if summary.requests > summary.errors else 1
 
 

@@ -20,9 +20,17 @@ CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32-cpu"
 
 # The captured server: `--served-model-name tiny --max-model-len 256`, TP 2. Latencies are small
 # so that the suite stays fast.
-TINY = EngineConfig(host="127.0.0.1", port=0, model="/models/tiny", served_model_names=("tiny",),
-                    ttft_ms=5.0, itl_ms=1.0, max_concurrency=8, max_model_len=256,
-                    tensor_parallel_size=2)
+TINY = EngineConfig(
+    host="127.0.0.1",
+    port=0,
+    model="/models/tiny",
+    served_model_names=("tiny",),
+    ttft_ms=5.0,
+    itl_ms=1.0,
+    max_concurrency=8,
+    max_model_len=256,
+    tensor_parallel_size=2,
+)
 
 
 def capture(name: str) -> str:

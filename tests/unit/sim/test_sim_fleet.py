@@ -6,7 +6,6 @@ import socket
 
 import httpx
 import pytest
-
 from shardwise_runtime.sim import fleet
 from shardwise_runtime.sim.config import EngineConfig
 
@@ -22,8 +21,9 @@ def _free_port() -> int:
 
 
 def _config(port: int, name: str) -> EngineConfig:
-    return EngineConfig(host=HOST, port=port, model=name, served_model_names=(name,),
-                        ttft_ms=1.0, itl_ms=1.0)
+    return EngineConfig(
+        host=HOST, port=port, model=name, served_model_names=(name,), ttft_ms=1.0, itl_ms=1.0
+    )
 
 
 async def test_apply_starts_restarts_and_stops_engines() -> None:

@@ -1,4 +1,4 @@
-"""The engine over real HTTP on 127.0.0.1: routes, framing, errors and metrics as vLLM serves them."""
+"""The engine over real HTTP on 127.0.0.1: routes, framing, errors, metrics as vLLM serves them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
-from sim_support import captured_error, capture, serving, shape
+from sim_support import capture, captured_error, serving, shape
 
 pytestmark = pytest.mark.anyio
 
@@ -36,8 +35,10 @@ async def test_health_is_an_empty_200_with_vllms_headers() -> None:
 
 
 async def test_models_lists_the_served_names() -> None:
-    async with serving(served_model_names=("tiny", "alias")) as served, \
-            httpx.AsyncClient(base_url=served.url) as http:
+    async with (
+        serving(served_model_names=("tiny", "alias")) as served,
+        httpx.AsyncClient(base_url=served.url) as http,
+    ):
         body = (await http.get("/v1/models")).json()
     captured = json.loads(capture("models.json"))
     assert [entry["id"] for entry in body["data"]] == ["tiny", "alias"]
@@ -64,19 +65,27 @@ async def test_stream_is_framed_like_vllms() -> None:
 
 async def test_stream_without_include_usage_has_no_usage_chunk() -> None:
     async with serving() as served, httpx.AsyncClient(base_url=served.url) as http:
-        raw = (await http.post("/v1/chat/completions",
-                               json={**CHAT, "max_tokens": 3, "stream": True})).text
+        raw = (
+            await http.post("/v1/chat/completions", json={**CHAT, "max_tokens": 3, "stream": True})
+        ).text
     events = raw.split("\n\n")[:-1]
     assert len(events) == 5 and all("usage" not in e for e in events)
 
 
-@pytest.mark.parametrize("capture_name, body", [
-    ("error-unknown-model.txt", {"model": "nope", "messages": [{"role": "user", "content": "x"}]}),
-    ("error-bad-request.txt", {"model": "tiny", "messages": "not-a-list"}),
-    ("error-too-long.txt", {**CHAT, "max_tokens": 100000}),
-])
-async def test_errors_are_the_captured_bodies_and_codes(capture_name: str,
-                                                        body: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "capture_name, body",
+    [
+        (
+            "error-unknown-model.txt",
+            {"model": "nope", "messages": [{"role": "user", "content": "x"}]},
+        ),
+        ("error-bad-request.txt", {"model": "tiny", "messages": "not-a-list"}),
+        ("error-too-long.txt", {**CHAT, "max_tokens": 100000}),
+    ],
+)
+async def test_errors_are_the_captured_bodies_and_codes(
+    capture_name: str, body: dict[str, Any]
+) -> None:
     expected, status = captured_error(capture_name)
     async with serving() as served, httpx.AsyncClient(base_url=served.url) as http:
         response = await http.post("/v1/chat/completions", json=body)
@@ -92,8 +101,9 @@ async def test_invalid_json_is_a_400() -> None:
 
 async def test_metrics_count_what_the_client_got() -> None:
     async with serving() as served, httpx.AsyncClient(base_url=served.url) as http:
-        usage = (await http.post("/v1/chat/completions",
-                                 json={**CHAT, "max_tokens": 5})).json()["usage"]
+        usage = (await http.post("/v1/chat/completions", json={**CHAT, "max_tokens": 5})).json()[
+            "usage"
+        ]
         response = await http.get("/metrics")
     text = response.text
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
@@ -106,13 +116,16 @@ async def test_metrics_count_what_the_client_got() -> None:
 
 
 async def test_requests_beyond_the_batch_queue_and_ttft_rises() -> None:
-    async with serving(max_concurrency=2, ttft_ms=10.0, itl_ms=4.0) as served, \
-            httpx.AsyncClient(base_url=served.url) as http:
+    async with (
+        serving(max_concurrency=2, ttft_ms=10.0, itl_ms=4.0) as served,
+        httpx.AsyncClient(base_url=served.url) as http,
+    ):
 
         async def ttft() -> float:
             start = time.perf_counter()
-            async with http.stream("POST", "/v1/chat/completions",
-                                   json={**CHAT, "max_tokens": 8, "stream": True}) as response:
+            async with http.stream(
+                "POST", "/v1/chat/completions", json={**CHAT, "max_tokens": 8, "stream": True}
+            ) as response:
                 first = None
                 async for _ in response.aiter_lines():
                     first = first or time.perf_counter() - start
@@ -137,8 +150,9 @@ async def test_requests_beyond_the_batch_queue_and_ttft_rises() -> None:
 
 async def test_a_client_that_leaves_is_counted_as_an_abort() -> None:
     async with serving(itl_ms=20.0) as served, httpx.AsyncClient(base_url=served.url) as http:
-        async with http.stream("POST", "/v1/chat/completions",
-                               json={**CHAT, "max_tokens": 200, "stream": True}) as response:
+        async with http.stream(
+            "POST", "/v1/chat/completions", json={**CHAT, "max_tokens": 200, "stream": True}
+        ) as response:
             async for _ in response.aiter_lines():
                 break
         for _ in range(100):  # bounded: the server notices on its next write
@@ -152,23 +166,31 @@ async def test_a_client_that_leaves_is_counted_as_an_abort() -> None:
 
 
 async def test_the_openai_client_works_against_it() -> None:
-    async with serving() as served:
-        async with openai.AsyncOpenAI(base_url=f"{served.url}/v1", api_key="EMPTY",
-                                      max_retries=0) as client:
-            chat = await client.chat.completions.create(
-                model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
-            stream = await client.chat.completions.create(
-                model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
-                stream=True, stream_options={"include_usage": True})
-            chunks = [chunk async for chunk in stream]
-            completion = await client.completions.create(model="tiny", prompt="hi", max_tokens=3)
-            text_stream = await client.completions.create(model="tiny", prompt="hi", max_tokens=3,
-                                                          stream=True)
-            pieces = [chunk.choices[0].text async for chunk in text_stream if chunk.choices]
-            listed = await client.models.list()
-            with pytest.raises(openai.NotFoundError):
-                await client.chat.completions.create(
-                    model="nope", messages=[{"role": "user", "content": "hi"}])
+    async with (
+        serving() as served,
+        openai.AsyncOpenAI(base_url=f"{served.url}/v1", api_key="EMPTY", max_retries=0) as client,
+    ):
+        chat = await client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+        stream = await client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=4,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = [chunk async for chunk in stream]
+        completion = await client.completions.create(model="tiny", prompt="hi", max_tokens=3)
+        text_stream = await client.completions.create(
+            model="tiny", prompt="hi", max_tokens=3, stream=True
+        )
+        pieces = [chunk.choices[0].text async for chunk in text_stream if chunk.choices]
+        listed = await client.models.list()
+        with pytest.raises(openai.NotFoundError):
+            await client.chat.completions.create(
+                model="nope", messages=[{"role": "user", "content": "hi"}]
+            )
     assert chat.choices[0].finish_reason == "length" and chat.usage is not None
     assert chat.usage.completion_tokens == 4 and chat.choices[0].message.content
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

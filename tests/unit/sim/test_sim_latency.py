@@ -1,9 +1,8 @@
-"""The pure latency model: slower with a fuller batch and a longer prompt, never below its inputs."""
+"""The pure latency model: slower with a fuller batch and a longer prompt."""
 
 from __future__ import annotations
 
 import pytest
-
 from shardwise_runtime.sim.latency import LatencyModel
 
 MODEL = LatencyModel(ttft_s=0.2, itl_s=0.02, max_concurrency=9, reference_prompt_tokens=500)
@@ -42,8 +41,15 @@ def test_single_slot_engine_has_no_batch_effect() -> None:
     assert model.itl(1) == model.itl(5) == pytest.approx(0.01)
 
 
-@pytest.mark.parametrize("kwargs", [{"ttft_s": -1.0}, {"max_concurrency": 0},
-                                    {"prompt_fixed_fraction": 1.5}, {"batch_slowdown": -0.1}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"ttft_s": -1.0},
+        {"max_concurrency": 0},
+        {"prompt_fixed_fraction": 1.5},
+        {"batch_slowdown": -0.1},
+    ],
+)
 def test_rejects_nonsense(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         LatencyModel(**{"ttft_s": 0.1, "itl_s": 0.01, "max_concurrency": 4, **kwargs})

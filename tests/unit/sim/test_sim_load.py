@@ -6,9 +6,8 @@ import csv
 import io
 
 import pytest
-
-from sim_support import capture, serving
 from shardwise_runtime.sim import load, loopback
+from sim_support import capture, serving
 
 
 def test_percentile_interpolates_like_numpy() -> None:
@@ -19,9 +18,11 @@ def test_percentile_interpolates_like_numpy() -> None:
 
 
 def test_summary_ignores_failed_requests_for_latency() -> None:
-    records = [load.RequestRecord(0, 8, 0.1, 0.3, 9, "u"),
-               load.RequestRecord(1, 8, 0.3, 0.5, 9, "u"),
-               load.RequestRecord(2, 8, None, 9.0, 0, "u", error="APITimeoutError: late")]
+    records = [
+        load.RequestRecord(0, 8, 0.1, 0.3, 9, "u"),
+        load.RequestRecord(1, 8, 0.3, 0.5, 9, "u"),
+        load.RequestRecord(2, 8, None, 9.0, 0, "u", error="APITimeoutError: late"),
+    ]
     summary = load.summarize(records)
     assert (summary.requests, summary.errors) == (3, 1)
     assert summary.ttft_p50_s == pytest.approx(0.2) and summary.e2e_p95_s == pytest.approx(0.49)
@@ -32,19 +33,27 @@ def test_csv_starts_with_the_captured_columns() -> None:
     load.write_csv([load.RequestRecord(0, 8, 0.03, 0.1, 9, "u", 17, 8)], out)
     captured_header = capture("client-phase1.csv").splitlines()[0].split(",")
     header = out.getvalue().splitlines()[0].split(",")
-    assert header[:len(captured_header)] == captured_header
+    assert header[: len(captured_header)] == captured_header
     assert next(csv.DictReader(io.StringIO(out.getvalue())))["completion_tokens"] == "8"
 
 
-@pytest.mark.parametrize("url", ["http://10.0.0.1:8000/v1", "http://example.com/v1",
-                                 "ftp://127.0.0.1/v1", "http://[2001:db8::1]:8000/v1"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.1:8000/v1",
+        "http://example.com/v1",
+        "ftp://127.0.0.1/v1",
+        "http://[2001:db8::1]:8000/v1",
+    ],
+)
 def test_non_loopback_targets_are_refused(url: str) -> None:
     with pytest.raises(ValueError):
         loopback.require_loopback_url(url)
 
 
-@pytest.mark.parametrize("url", ["http://127.1.2.3:8000/v1", "http://localhost:8000/v1",
-                                 "http://[::1]:8000/v1"])
+@pytest.mark.parametrize(
+    "url", ["http://127.1.2.3:8000/v1", "http://localhost:8000/v1", "http://[::1]:8000/v1"]
+)
 def test_loopback_targets_are_accepted(url: str) -> None:
     assert loopback.require_loopback_url(url) == url
 
@@ -58,13 +67,15 @@ async def test_run_load_refuses_before_sending() -> None:
 @pytest.mark.anyio
 async def test_a_run_sends_rps_times_duration_and_measures_each() -> None:
     async with serving() as served:
-        records = await load.run_load([f"{served.url}/v1"], "tiny", rps=50, duration_s=0.2,
-                                      max_tokens=[8, 16])
+        records = await load.run_load(
+            [f"{served.url}/v1"], "tiny", rps=50, duration_s=0.2, max_tokens=[8, 16]
+        )
     assert [r.request for r in records] == list(range(10))
     assert all(r.error is None for r in records)
     assert [r.chunks for r in records] == [9, 17] * 5  # role chunk + one per token, as captured
-    assert all(r.client_ttft_s is not None and 0 < r.client_ttft_s < r.client_e2e_s
-               for r in records)
+    assert all(
+        r.client_ttft_s is not None and 0 < r.client_ttft_s < r.client_e2e_s for r in records
+    )
     assert {r.completion_tokens for r in records} == {8, 16}
 
 

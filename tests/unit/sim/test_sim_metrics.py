@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
-from sim_support import capture
 from shardwise_runtime.sim import metrics
+from sim_support import capture
 
 
 def _catalogue(text: str) -> dict[str, tuple[Any, ...]]:
@@ -18,15 +17,19 @@ def _catalogue(text: str) -> dict[str, tuple[Any, ...]]:
         if not family.name.startswith("vllm:"):
             continue
         labels = sorted({tuple(sorted(k for k in s.labels if k != "le")) for s in family.samples})
-        buckets = sorted({tuple(s.labels["le"] for s in family.samples
-                                if s.name.endswith("_bucket"))})
+        buckets = sorted(
+            {tuple(s.labels["le"] for s in family.samples if s.name.endswith("_bucket"))}
+        )
         families[family.name] = (family.type, family.documentation, labels, buckets)
     return families
 
 
 def _series(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +48,7 @@ def test_families_match_the_capture(tiny: metrics.EngineMetrics) -> None:
 def test_families_appear_in_the_captured_order(tiny: metrics.EngineMetrics) -> None:
     def help_lines(text: str) -> list[str]:
         return [line for line in text.splitlines() if line.startswith("# HELP vllm:")]
+
     assert help_lines(tiny.exposition().decode()) == help_lines(capture("metrics-t1.txt"))
 
 
@@ -53,14 +57,15 @@ def test_every_captured_series_exists(tiny: metrics.EngineMetrics) -> None:
     # except cache_config_info whose values describe the engine.
     ours = {key for key in _series(tiny.exposition().decode()) if key[0].startswith("vllm:")}
     theirs = {key for key in _series(capture("metrics-t1.txt")) if key[0].startswith("vllm:")}
-    assert {k for k in ours if k[0] != "vllm:cache_config_info"} == \
-           {k for k in theirs if k[0] != "vllm:cache_config_info"}
+    assert {k for k in ours if k[0] != "vllm:cache_config_info"} == {
+        k for k in theirs if k[0] != "vllm:cache_config_info"
+    }
 
 
 @pytest.mark.parametrize("max_model_len, top", [(256, 200.0), (8192, 5000.0), (1, 1.0)])
 def test_token_buckets_are_vllms_1_2_5_series(max_model_len: int, top: float) -> None:
     buckets = metrics.token_buckets(max_model_len)
-    assert buckets[:3] == (1.0, 2.0, 5.0)[:len(buckets)] and buckets[-1] == top
+    assert buckets[:3] == (1.0, 2.0, 5.0)[: len(buckets)] and buckets[-1] == top
 
 
 def test_a_finished_request_is_counted_where_vllm_counts_it() -> None:
@@ -68,9 +73,19 @@ def test_a_finished_request_is_counted_where_vllm_counts_it() -> None:
     engine.observe_prefill(prompt_tokens=10, ttft_s=0.03, step_tokens=12)
     for _ in range(3):
         engine.observe_token(itl_s=0.02)
-    engine.observe_finished(metrics.FinishedRequest(
-        finished_reason="length", prompt_tokens=10, generation_tokens=4, max_generation_tokens=4,
-        n=1, e2e_s=0.1, queue_s=0.01, prefill_s=0.02, decode_s=0.06))
+    engine.observe_finished(
+        metrics.FinishedRequest(
+            finished_reason="length",
+            prompt_tokens=10,
+            generation_tokens=4,
+            max_generation_tokens=4,
+            n=1,
+            e2e_s=0.1,
+            queue_s=0.01,
+            prefill_s=0.02,
+            decode_s=0.06,
+        )
+    )
     series = _series(engine.exposition().decode())
     base = {("engine", "0"), ("model_name", "m")}
 

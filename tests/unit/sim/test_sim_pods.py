@@ -6,8 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-
-from shardwise_runtime.sim import fleet, pods
+from shardwise_runtime.sim import fleet, pods, targets
 from shardwise_runtime.sim.config import EngineConfig
 
 
@@ -16,15 +15,35 @@ class PodBuilder:
 
     def __init__(self, name: str = "llama-0", ip: str = "127.1.0.7") -> None:
         self.pod: dict[str, Any] = {
-            "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}",
-                         "labels": {pods.INFERENCE_LABEL: "llama"},
-                         "annotations": {pods.TTFT_ANNOTATION: "350", pods.ITL_ANNOTATION: "25.5",
-                                         pods.MAX_CONCURRENCY_ANNOTATION: "16"}},
-            "spec": {"containers": [{"name": "vllm", "command": ["vllm"],
-                                     "args": ["serve", "meta-llama/Llama-3.1-8B-Instruct",
-                                              "--served-model-name", "llama",
-                                              "--max-model-len", "8192",
-                                              "--tensor-parallel-size", "2"]}]},
+            "metadata": {
+                "name": name,
+                "namespace": "ml",
+                "uid": f"uid-{name}",
+                "labels": {pods.INFERENCE_LABEL: "llama"},
+                "annotations": {
+                    pods.TTFT_ANNOTATION: "350",
+                    pods.ITL_ANNOTATION: "25.5",
+                    pods.MAX_CONCURRENCY_ANNOTATION: "16",
+                },
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "vllm",
+                        "command": ["vllm"],
+                        "args": [
+                            "serve",
+                            "meta-llama/Llama-3.1-8B-Instruct",
+                            "--served-model-name",
+                            "llama",
+                            "--max-model-len",
+                            "8192",
+                            "--tensor-parallel-size",
+                            "2",
+                        ],
+                    }
+                ]
+            },
             "status": {"phase": "Running", "podIP": ip},
         }
 
@@ -60,16 +79,20 @@ def test_a_running_leader_gets_its_predicted_engine() -> None:
     assert (config.max_model_len, config.tensor_parallel_size) == (8192, 2)
 
 
-@pytest.mark.parametrize("builder", [
-    PodBuilder().label(pods.INFERENCE_LABEL, None),
-    PodBuilder().label(pods.WORKER_INDEX_LABEL, "1"),
-    PodBuilder().status(phase="Pending"),
-    PodBuilder().status(podIP=None),
-    PodBuilder().status(podIP="10.0.0.7"),
-    PodBuilder().status(podIP="::1"),
-    PodBuilder().status(podIP="not-an-ip"),
-    PodBuilder().args("--port", "8000", command=["python"]),
-], ids=["unlabelled", "worker", "pending", "no-ip", "routable-ip", "ipv6", "bad-ip", "no-model"])
+@pytest.mark.parametrize(
+    "builder",
+    [
+        PodBuilder().label(pods.INFERENCE_LABEL, None),
+        PodBuilder().label(pods.WORKER_INDEX_LABEL, "1"),
+        PodBuilder().status(phase="Pending"),
+        PodBuilder().status(podIP=None),
+        PodBuilder().status(podIP="10.0.0.7"),
+        PodBuilder().status(podIP="::1"),
+        PodBuilder().status(podIP="not-an-ip"),
+        PodBuilder().args("--port", "8000", command=["python"]),
+    ],
+    ids=["unlabelled", "worker", "pending", "no-ip", "routable-ip", "ipv6", "bad-ip", "no-model"],
+)
 def test_pods_that_must_not_get_an_engine(builder: PodBuilder) -> None:
     assert pods.engine_config_from_pod(builder.build()) is None
 
@@ -85,16 +108,29 @@ def test_group_leader_serves() -> None:
     assert pods.engine_config_from_pod(pod) is not None
 
 
-@pytest.mark.parametrize("args, command, model, served", [
-    (["serve", "org/m"], ["vllm"], "org/m", ("org/m",)),
-    (["--model", "org/m", "--served-model-name", "a", "b"],
-     ["python", "-m", "vllm.entrypoints.openai.api_server"], "org/m", ("a", "b")),
-    (["-c", "vllm serve org/m --served-model-name=x --max-model-len 4k"], ["/bin/sh"],
-     "org/m", ("x",)),
-    (["--served-model-name", "only"], ["vllm", "serve"], "only", ("only",)),
-], ids=["positional", "flags", "shell", "name-only"])
-def test_model_and_served_names_from_the_arguments(args: list[str], command: list[str],
-                                                   model: str, served: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "args, command, model, served",
+    [
+        (["serve", "org/m"], ["vllm"], "org/m", ("org/m",)),
+        (
+            ["--model", "org/m", "--served-model-name", "a", "b"],
+            ["python", "-m", "vllm.entrypoints.openai.api_server"],
+            "org/m",
+            ("a", "b"),
+        ),
+        (
+            ["-c", "vllm serve org/m --served-model-name=x --max-model-len 4k"],
+            ["/bin/sh"],
+            "org/m",
+            ("x",),
+        ),
+        (["--served-model-name", "only"], ["vllm", "serve"], "only", ("only",)),
+    ],
+    ids=["positional", "flags", "shell", "name-only"],
+)
+def test_model_and_served_names_from_the_arguments(
+    args: list[str], command: list[str], model: str, served: tuple[str, ...]
+) -> None:
     config = pods.engine_config_from_pod(PodBuilder().args(*args, command=command).build())
     assert config is not None and (config.model, config.served_model_names) == (model, served)
 
@@ -107,15 +143,21 @@ def test_vllm_number_forms() -> None:
 
 def test_missing_or_bad_annotations_fall_back() -> None:
     defaults = EngineConfig(host="127.0.0.1", model="m", served_model_names=("m",))
-    pod = (PodBuilder().annotation(pods.TTFT_ANNOTATION, "fast")
-           .annotation(pods.ITL_ANNOTATION, "-3").annotation(pods.MAX_CONCURRENCY_ANNOTATION, None)
-           .args("serve", "m", "--max-num-seqs", "48", command=["vllm"]).build())
+    pod = (
+        PodBuilder()
+        .annotation(pods.TTFT_ANNOTATION, "fast")
+        .annotation(pods.ITL_ANNOTATION, "-3")
+        .annotation(pods.MAX_CONCURRENCY_ANNOTATION, None)
+        .args("serve", "m", "--max-num-seqs", "48", command=["vllm"])
+        .build()
+    )
     config = pods.engine_config_from_pod(pod)
     assert config is not None
     assert (config.ttft_ms, config.itl_ms) == (defaults.ttft_ms, defaults.itl_ms)
     assert config.max_concurrency == 48
-    bare = pods.engine_config_from_pod(PodBuilder().annotation(pods.MAX_CONCURRENCY_ANNOTATION,
-                                                               None).build())
+    bare = pods.engine_config_from_pod(
+        PodBuilder().annotation(pods.MAX_CONCURRENCY_ANNOTATION, None).build()
+    )
     assert bare is not None and bare.max_concurrency == defaults.max_concurrency
 
 
@@ -130,18 +172,29 @@ def _config(ip: str, ttft: float = 100.0) -> EngineConfig:
 
 
 def test_plan_starts_new_stops_gone_and_restarts_changed() -> None:
-    running = {"ml/a": _config("127.1.0.1"), "ml/b": _config("127.1.0.2"),
-               "ml/c": _config("127.1.0.3")}
-    desired = {"ml/a": _config("127.1.0.1"), "ml/b": _config("127.1.0.9"),
-               "ml/c": _config("127.1.0.3", ttft=300.0), "ml/d": _config("127.1.0.4")}
+    running = {
+        "ml/a": _config("127.1.0.1"),
+        "ml/b": _config("127.1.0.2"),
+        "ml/c": _config("127.1.0.3"),
+    }
+    desired = {
+        "ml/a": _config("127.1.0.1"),
+        "ml/b": _config("127.1.0.9"),
+        "ml/c": _config("127.1.0.3", ttft=300.0),
+        "ml/d": _config("127.1.0.4"),
+    }
     changes = pods.plan_fleet(running, desired)
     assert changes == pods.FleetChanges(stop=("ml/b", "ml/c"), start=("ml/b", "ml/c", "ml/d"))
 
 
 def test_plan_never_binds_one_address_twice() -> None:
     running = {"ml/old": _config("127.1.0.5")}
-    desired = {"ml/old": _config("127.1.0.5"), "ml/new": _config("127.1.0.5"),
-               "ml/x": _config("127.1.0.6"), "ml/y": _config("127.1.0.6")}
+    desired = {
+        "ml/old": _config("127.1.0.5"),
+        "ml/new": _config("127.1.0.5"),
+        "ml/x": _config("127.1.0.6"),
+        "ml/y": _config("127.1.0.6"),
+    }
     assert pods.plan_fleet(running, desired) == pods.FleetChanges(stop=(), start=("ml/x",))
     # Once the old pod is gone, its successor gets the address in the same pass.
     del desired["ml/old"]
@@ -159,3 +212,16 @@ def test_watch_events_fold_into_the_desired_engines() -> None:
     assert sorted(fleet.desired_engines(known)) == ["ml/c"]
     fleet.apply_event(known, ("SYNC", []))
     assert fleet.desired_engines(known) == {}
+
+
+def test_load_targets_are_ready_serving_pods() -> None:
+    ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+    not_ready = {"conditions": [{"type": "Ready", "status": "False"}]}
+    pod_list = [
+        PodBuilder("b", "127.1.0.2").status(**ready).build(),
+        PodBuilder("a", "127.1.0.1").status(**ready).build(),
+        PodBuilder("c", "127.1.0.3").status(**not_ready).build(),
+        PodBuilder("d", "127.1.0.4").build(),
+        PodBuilder("e", "127.1.0.5").status(**ready).label(pods.WORKER_INDEX_LABEL, "1").build(),
+    ]
+    assert targets.target_urls(pod_list) == ["http://127.1.0.1:8000/v1", "http://127.1.0.2:8000/v1"]

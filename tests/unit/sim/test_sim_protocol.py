@@ -6,18 +6,29 @@ import json
 import random
 
 import pytest
-
-from sim_support import TINY, capture, captured_error, shape
 from shardwise_runtime.sim import errors, protocol
 from shardwise_runtime.sim.engine import Plan, plan_generation
+from sim_support import TINY, capture, captured_error, shape
 
-IDENT = protocol.Identity(id="chatcmpl-0123456789abcdef", created=1796045437, model="tiny",
-                          system_fingerprint="vllm-0.32.0-tp2-cdf4a1cc")
+IDENT = protocol.Identity(
+    id="chatcmpl-0123456789abcdef",
+    created=1796045437,
+    model="tiny",
+    system_fingerprint="vllm-0.32.0-tp2-cdf4a1cc",
+)
 
 
 def _request(**changes: object) -> protocol.Request:
-    fields = {"kind": "chat", "model": "tiny", "prompt_tokens": 17, "max_tokens": 6,
-              "stream": False, "include_usage": False, "n": 1, **changes}
+    fields = {
+        "kind": "chat",
+        "model": "tiny",
+        "prompt_tokens": 17,
+        "max_tokens": 6,
+        "stream": False,
+        "include_usage": False,
+        "n": 1,
+        **changes,
+    }
     return protocol.Request(**fields)  # type: ignore[arg-type]
 
 
@@ -34,14 +45,16 @@ def test_completion_response_has_the_captured_shape() -> None:
 
 
 def test_models_response_has_the_captured_shape() -> None:
-    ours = protocol.models_response(("tiny",), "/models/tiny", 256, 1796045437,
-                                    "modelperm-a9b460d17da46cb4")
+    ours = protocol.models_response(
+        ("tiny",), "/models/tiny", 256, 1796045437, "modelperm-a9b460d17da46cb4"
+    )
     assert ours == json.loads(capture("models.json"))
 
 
 def test_stream_chunks_match_the_captured_ones() -> None:
-    events = [block.removeprefix("data: ") for block in capture("chat-stream.sse").split("\n\n")
-              if block]
+    events = [
+        block.removeprefix("data: ") for block in capture("chat-stream.sse").split("\n\n") if block
+    ]
     captured = [json.loads(event) for event in events[:-1]]
     assert events[-1] == "[DONE]"
     role, middle, last, usage = captured[0], captured[1], captured[-2], captured[-1]
@@ -63,8 +76,10 @@ def test_sse_framing_is_compact_json_and_a_blank_line() -> None:
 def test_prompt_tokens_count_characters_over_four_plus_chat_markers() -> None:
     assert protocol.count_text_tokens("abcdefgh") == 2
     assert protocol.count_text_tokens("abcdefghi") == 3
-    messages = [{"role": "system", "content": "abcd"},
-                {"role": "user", "content": [{"type": "text", "text": "abcdefgh"}]}]
+    messages = [
+        {"role": "system", "content": "abcd"},
+        {"role": "user", "content": [{"type": "text", "text": "abcdefgh"}]},
+    ]
     assert protocol.chat_prompt_tokens(messages) == 2 * protocol.CHAT_TOKENS_PER_MESSAGE + 1 + 2
     assert protocol.completion_prompt_tokens([1, 2, 3]) == 3
 
@@ -73,9 +88,12 @@ def test_generated_text_is_the_tokens_in_order() -> None:
     assert protocol.generated_text(3) == "".join(protocol.token_text(i) for i in range(3))
 
 
-@pytest.mark.parametrize("name, body", [
-    ("error-bad-request.txt", {"model": "tiny", "messages": "not-a-list"}),
-])
+@pytest.mark.parametrize(
+    "name, body",
+    [
+        ("error-bad-request.txt", {"model": "tiny", "messages": "not-a-list"}),
+    ],
+)
 def test_validation_error_is_the_captured_one(name: str, body: dict[str, object]) -> None:
     expected, status = captured_error(name)
     problems = errors.validate_chat(body)
@@ -93,14 +111,17 @@ def test_max_tokens_over_the_context_is_the_captured_error() -> None:
     assert plan_generation(_request(max_tokens=100000), TINY, random.Random(0)) == expected
 
 
-@pytest.mark.parametrize("body, loc", [
-    ({"model": "tiny"}, "body.messages"),
-    ([], "body"),
-    ({"messages": [], "max_tokens": "ten"}, "body.max_tokens"),
-    ({"messages": [], "stream": "yes"}, "body.stream"),
-    ({"messages": [{"content": "hi"}]}, "body.messages.0.role"),
-    ({"messages": ["hi"]}, "body.messages.0"),
-])
+@pytest.mark.parametrize(
+    "body, loc",
+    [
+        ({"model": "tiny"}, "body.messages"),
+        ([], "body"),
+        ({"messages": [], "max_tokens": "ten"}, "body.max_tokens"),
+        ({"messages": [], "stream": "yes"}, "body.stream"),
+        ({"messages": [{"content": "hi"}]}, "body.messages.0.role"),
+        ({"messages": ["hi"]}, "body.messages.0"),
+    ],
+)
 def test_bad_chat_bodies_name_the_offending_field(body: object, loc: str) -> None:
     problems = errors.validate_chat(body)
     assert problems and errors.validation_failed(problems)["error"]["param"] == loc
