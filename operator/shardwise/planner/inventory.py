@@ -40,6 +40,7 @@ class GpuShape:
     nvlink_gbps: float  # per GPU, both directions summed; 0 without NVLink
     topology_labelled: bool
     shared: bool  # GFD `-SHARED`: GPUs time-sliced with other workloads
+    mig: bool  # GFD `-MIG-<profile>`: the node's "GPUs" are MIG slices
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,8 @@ def _topology(
     labels: Mapping[str, str], gpu: gpus.GpuFacts, count: int
 ) -> tuple[str, int, float, bool]:
     """(interconnect, NVLink domain size, NVLink GB/s, labelled) from shardwise's labels."""
+    if "-MIG-" in labels.get("nvidia.com/gpu.product", "").upper():
+        return "pcie", 1, 0.0, True  # MIG slices have no NVLink or peer-to-peer access
     interconnect = labels.get("shardwise.io/gpu-interconnect", "").strip().lower()
     domain = _count(labels.get("shardwise.io/nvlink-domain-size"))
     if interconnect not in _INTERCONNECTS and domain is None:
@@ -180,6 +183,7 @@ def inventory_from_nodes(
             nvlink_gbps=nvlink_gbps,
             topology_labelled=labelled,
             shared=product.upper().endswith("-SHARED"),
+            mig="-MIG-" in product.upper(),
         )
         name = str(metadata.get("name", ""))
         blocked = _blocked(node)

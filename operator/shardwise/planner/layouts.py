@@ -57,7 +57,8 @@ def tp_fits_domain(shape: inventory.GpuShape, tp: int) -> bool:
 
 
 def single_node(arch: models.ModelArch, shape: inventory.GpuShape) -> Iterator[Layout]:
-    for gpus in range(1, shape.gpus_per_node + 1):
+    # A process sees one MIG slice and slices have no peer-to-peer path: one slice per replica.
+    for gpus in range(1, 1 + (1 if shape.mig else shape.gpus_per_node)):
         for tp in _divisors(gpus):
             pp = gpus // tp
             if tp_error(arch, tp) or pp_error(arch, pp) or not tp_fits_domain(shape, tp):
@@ -74,7 +75,7 @@ def multi_node(
     clique_nodes: int,
 ) -> Iterator[Layout]:
     """Layouts over exactly `nodes` nodes using `per_node` GPUs on each."""
-    if per_node > shape.gpus_per_node:
+    if per_node > shape.gpus_per_node or shape.mig:
         return
     tps = [t for t in _divisors(per_node) if not tp_error(arch, t) and tp_fits_domain(shape, t)]
     if shape.nvlink_domain > 1 and tps:

@@ -198,26 +198,34 @@ def _pcie_comparison(
     ]
     if not others or want == (lay.tp, lay.pp):
         return ""
-    other = others[0]
-    a, b = chosen.prediction, other.prediction
+    tp_side, pp_side = (chosen, others[0]) if lay.tp > 1 else (others[0], chosen)
+    t, p = tp_side.prediction, pp_side.prediction
     text = (
-        f"Without NVLink, {_label(chosen)} predicts {a.itl_s * 1e3:.1f} ms/token and "
-        f"{a.tokens_per_s:.0f} tokens/s against {b.itl_s * 1e3:.1f} ms and "
-        f"{b.tokens_per_s:.0f} tokens/s for {_label(other)}"
+        f"Without NVLink, {_label(tp_side)} predicts {t.itl_s * 1e3:.1f} ms/token and "
+        f"{t.tokens_per_s:.0f} tokens/s, {_label(pp_side)} {p.itl_s * 1e3:.1f} ms and "
+        f"{p.tokens_per_s:.0f} tokens/s"
     )
-    if lay.tp > 1:
-        ratio = b.itl_s / a.itl_s
+    all_reduces = f"{2 * request.arch.layers} PCIe all-reduces per token"
+    itl_gain, tps_gain = p.itl_s / t.itl_s, t.tokens_per_s / p.tokens_per_s
+    if itl_gain >= 1 and tps_gain >= 1:
         text += (
-            f" ({ratio:.1f}x lower ITL): vLLM's docs favour PP on PCIe for throughput, but at "
-            f"{request.max_concurrency} streams decoding is bound by weight reads, which "
-            f"TP{lay.tp} splits, more than by its {2 * request.arch.layers} small all-reduces "
-            "per token"
+            f": TP is {itl_gain:.1f}x faster per token with {tps_gain:.1f}x the throughput, its "
+            f"split of the weight reads outweighing {all_reduces}, so vLLM's advice to prefer PP "
+            f"on PCIe does not pay at {request.max_concurrency} streams"
+        )
+    elif itl_gain < 1 and tps_gain < 1:
+        text += (
+            f": PP is {1 / itl_gain:.1f}x faster per token with {1 / tps_gain:.1f}x the "
+            f"throughput by avoiding {all_reduces}, as vLLM's docs advise without NVLink"
         )
     else:
+        faster, richer = ("TP", "PP") if itl_gain >= 1 else ("PP", "TP")
         text += (
-            f": PP avoids {2 * request.arch.layers} PCIe all-reduces per token, as vLLM's docs "
-            "advise without NVLink"
+            f": {faster} is {max(itl_gain, 1 / itl_gain):.1f}x faster per token, {richer} gives "
+            f"{max(tps_gain, 1 / tps_gain):.1f}x the throughput (vLLM's docs expect PP to win "
+            f"throughput on PCIe); the {request.objective} objective decides"
         )
+    other = pp_side if lay.tp > 1 else tp_side
     if not other.fit.fits:
         text += f" ({_label(other)} does not fit memory)"
     return text + "."
@@ -237,6 +245,8 @@ def _caveats(shape: inventory.GpuShape) -> str:
         )
     if shape.shared:
         notes.append("GPUs are time-shared (-SHARED): predictions assume exclusive use.")
+    if shape.mig:
+        notes.append("MIG slices cannot be combined for TP or PP: one slice per replica.")
     return " ".join(notes)
 
 

@@ -111,7 +111,7 @@ CASES = [
         pp=2,
         nodes_per_replica=2,
         product=L40S,
-        reason_has=["PCIe only", "PP2 runs across 2 nodes", "Without NVLink", "x lower ITL"],
+        reason_has=["PCIe only", "PP2 runs across 2 nodes", "Without NVLink", "faster per token"],
     ),
     Case(
         "70b-awq-l40s-one-node",
@@ -119,7 +119,7 @@ CASES = [
         spec(LLAMA_70B, model_fields={"quantization": "awq"}),
         tp=4,
         pp=1,
-        reason_has=["8.2 GiB weights", "Without NVLink", "TP1 x PP4", "vLLM's docs favour PP"],
+        reason_has=["8.2 GiB weights", "Without NVLink", "TP1 x PP4", "vLLM's advice to prefer PP"],
     ),
     Case(
         "70b-a100-pcie-nvlink-pairs",
@@ -423,3 +423,15 @@ def test_scenario(case: Case) -> None:
     assert case.capacity_has in result["capacityMessage"]
     if case.check is not None:
         assert case.check(result), result
+
+
+def test_mig_slices_are_never_combined() -> None:
+    mig = node("mig", "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb", 2, memory_mib=40192)
+    request = planner.request_from_spec(spec(LLAMA_8B, serving={"maxConcurrency": 2}))
+    result = planner.plan(request, planner.inventory_from_nodes([mig])).to_dict()
+    assert (result["tensorParallel"], result["pipelineParallel"]) == (1, 1)
+    assert "MIG slices cannot be combined" in result["reason"]
+    too_big = planner.request_from_spec(spec(LLAMA_70B))
+    assert planner.plan(too_big, planner.inventory_from_nodes([mig])).reason_code == (
+        "InsufficientGPUMemory"
+    )
