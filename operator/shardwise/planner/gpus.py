@@ -67,6 +67,7 @@ def known_products() -> list[str]:
     return sorted({facts.product for facts in _catalog().values()})
 
 
+@functools.lru_cache(maxsize=256)  # called per node; a cluster has a handful of distinct answers
 def lookup_gpu(product: str, memory_mib: int | None = None) -> GpuFacts:
     """Facts for a GFD product string; `memory_mib` (the node's gpu.memory label) wins when given.
 
