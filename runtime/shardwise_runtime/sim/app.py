@@ -129,6 +129,11 @@ async def _stream(
     return response
 
 
+async def not_found(_: web.Request) -> web.Response:
+    """Any other path: FastAPI's 404 body rather than aiohttp's plain-text one."""
+    return _json({"detail": "Not Found"}, status=404)
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     """POST /v1/chat/completions, streaming or not."""
     return await _complete(request, "chat")
@@ -149,6 +154,7 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_route("*", "/{path:.*}", not_found)
     return app
 
 

@@ -93,6 +93,12 @@ async def test_errors_are_the_captured_bodies_and_codes(
     assert response.json() == expected
 
 
+async def test_unknown_paths_get_fastapis_404() -> None:
+    async with serving() as served, httpx.AsyncClient(base_url=served.url) as http:
+        response = await http.get("/v1/nothing")
+    assert response.status_code == 404 and response.json() == {"detail": "Not Found"}
+
+
 async def test_invalid_json_is_a_400() -> None:
     async with serving() as served, httpx.AsyncClient(base_url=served.url) as http:
         response = await http.post("/v1/chat/completions", content=b"{not json")
