@@ -59,7 +59,8 @@ GO
   CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$work/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3 >&2
-  mv "$work/bin/v3" "$work/bin/etcd"
+  # Go names a binary after the last path element that is not a major-version suffix.
+  mv "$work/bin/server" "$work/bin/etcd"
   cp "$work/bin/"* "$OUT/"
 fi
 

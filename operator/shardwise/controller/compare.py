@@ -20,3 +20,22 @@ def contains(live: Any, desired: Any) -> bool:
     if isinstance(desired, (int, float)) and isinstance(live, (int, float)):
         return float(live) == float(desired)
     return live == desired
+
+
+def merge_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns `current` into `desired` for desired's keys only.
+
+    Keys of `current` that `desired` does not mention are left alone (another loop owns them);
+    inside a mentioned object, keys that disappeared are set to null so they are removed.
+    """
+    patch: dict[str, Any] = {}
+    for key, value in desired.items():
+        old = current.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            nested = merge_patch(old, value)
+            nested.update({k: None for k in old if k not in value})
+            if nested:
+                patch[key] = nested
+        elif old != value:
+            patch[key] = value
+    return patch

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from kubernetes import client, config
 
@@ -49,15 +49,16 @@ class Kube:
 
     def request(self, method: str, path: str, *, query: dict[str, Any] | None = None, body: Any = None,
                 content_type: str = "application/json") -> Any:
-        if query:
-            path = f"{path}?{urlencode(query)}"
-        response = self._api.call_api(
-            path, method, header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body, auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-            _request_timeout=30,
+        method, url, headers, payload, _ = self._api.param_serialize(
+            method=method, resource_path=path, query_params=list((query or {}).items()),
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body, auth_settings=["BearerToken"],
         )
-        data = response.data
-        return json.loads(data) if data else None
+        response = self._api.call_api(method, url, header_params=headers, body=payload, _request_timeout=30)
+        response.read()
+        if not 200 <= response.status < 300:
+            raise ApiException(http_resp=response)
+        return json.loads(response.data) if response.data else None
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:

@@ -1,0 +1,61 @@
+"""When to plan and what the plan is: gather nodes and pods, call the pure planner, keep plans stable.
+
+A plan is recomputed only when the spec's planning inputs change, when a re-plan is asked for with
+the `shardwise.io/replan` annotation, or when the current plan can no longer be placed because the
+nodes it needs are gone; an unrelated node joining or leaving never moves a running model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from shardwise import planner
+from shardwise.api.v1alpha1 import InferenceDeploymentSpec
+from shardwise.render.labels import REPLAN_ANNOTATION
+
+
+def planning_fingerprint(spec: InferenceDeploymentSpec) -> str:
+    """Hash of the spec fields that change a plan (not replicas, image, extraArgs or autoscaling)."""
+    data = spec.model_dump(mode="json", include={"model", "parallelism", "placement", "pricing"})
+    serving = spec.serving
+    data["serving"] = [serving.maxModelLen, serving.maxConcurrency, serving.gpuMemoryUtilization]
+    data["model"].pop("hfTokenSecretRef", None)
+    data["model"].pop("servedName", None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def replan_token(metadata: dict[str, Any]) -> str:
+    return str((metadata.get("annotations") or {}).get(REPLAN_ANNOTATION, ""))
+
+
+def still_placeable(plan: dict[str, Any], nodes: list[dict[str, Any]]) -> bool:
+    """Do nodes of the planned product with enough GPUs for one pod still exist, enough of them?"""
+    wanted = plan.get("gpuProduct")
+    per_node = int(plan.get("gpusPerNode") or 0)
+    fitting = 0
+    for node in nodes:
+        labels = node.get("metadata", {}).get("labels", {})
+        allocatable = int((node.get("status", {}).get("allocatable") or {}).get("nvidia.com/gpu", "0") or 0)
+        if labels.get("nvidia.com/gpu.product") == wanted and allocatable >= per_node:
+            fitting += 1
+    return fitting >= int(plan.get("nodesPerReplica") or 1)
+
+
+def needs_new_plan(current: dict[str, Any] | None, fingerprint: str, token: str,
+                   nodes: list[dict[str, Any]]) -> bool:
+    if not current or not current.get("feasible"):
+        return True
+    if current.get("specFingerprint") != fingerprint or current.get("replanToken", "") != token:
+        return True
+    return not still_placeable(current, nodes)
+
+
+def make_plan(spec_dict: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
+              prices: dict[str, float] | None, *, fingerprint: str, token: str) -> dict[str, Any]:
+    request = planner.request_from_spec(spec_dict)
+    result = planner.plan(request, planner.inventory_from_nodes(nodes, pods), prices=prices).to_dict()
+    result["specFingerprint"] = fingerprint
+    result["replanToken"] = token
+    return result

@@ -1,0 +1,103 @@
+"""Status of an InferenceDeployment, derived purely from its spec, plan and live workload.
+
+Same inputs, same dict: nothing time-dependent enters except `now`, which only reaches a
+condition's lastTransitionTime when that condition flips, so an idle reconcile writes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardwise import conditions
+from shardwise.api.v1alpha1 import InferenceDeploymentSpec
+from shardwise.conditions import Condition
+from shardwise.render import children, labels
+
+
+def desired_replicas(spec: InferenceDeploymentSpec, status: dict[str, Any]) -> int:
+    """spec.replicas, unless autoscaling owns the count (then its last decision, clamped)."""
+    if spec.autoscaling is None:
+        return spec.replicas
+    decided = status.get("desiredReplicas")
+    low, high = spec.autoscaling.minReplicas, spec.autoscaling.maxReplicas
+    return min(max(int(decided) if decided is not None else low, low), high)
+
+
+def invalid_spec_status(status: dict[str, Any], message: str, *, generation: int | None, now: str) -> dict[str, Any]:
+    updates = [
+        Condition("Ready", False, "InvalidSpec", message),
+        Condition("Degraded", True, "InvalidSpec", message),
+        Condition("Progressing", False, "InvalidSpec", message),
+    ]
+    return {
+        "observedGeneration": generation,
+        "phase": "Failed",
+        "conditions": conditions.merge(status.get("conditions") or [], updates, generation=generation, now=now),
+    }
+
+
+def _unschedulable_message(pods: list[dict[str, Any]]) -> str | None:
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        for cond in pod.get("status", {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+                return f"pod {pod['metadata']['name']} cannot be scheduled: {cond.get('message', '').strip()}"
+    return None
+
+
+def _workload_counts(workload: dict[str, Any] | None) -> tuple[int, int, int, bool]:
+    """(replicas, ready, updated, observed) of a Deployment or LeaderWorkerSet."""
+    if workload is None:
+        return 0, 0, 0, False
+    st = workload.get("status") or {}
+    observed = st.get("observedGeneration", 0) >= workload["metadata"].get("generation", 0)
+    return int(st.get("replicas", 0)), int(st.get("readyReplicas", 0)), int(st.get("updatedReplicas", 0)), observed
+
+
+def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: dict[str, Any] | None,
+                 pods: list[dict[str, Any]], status: dict[str, Any], *, owner: children.Owner,
+                 generation: int | None, now: str) -> dict[str, Any]:
+    desired = desired_replicas(spec, status)
+    replicas, ready, updated, observed = _workload_counts(workload)
+    updates: list[Condition] = []
+
+    if plan.get("feasible"):
+        updates.append(Condition("Planned", True, "Planned", plan.get("reason", "")))
+    else:
+        reason_code = plan.get("reasonCode") or "Infeasible"
+        updates.append(Condition("Planned", False, reason_code, plan.get("reason", "")))
+
+    unschedulable = _unschedulable_message(pods)
+    rolled_out = observed and updated >= desired and replicas == desired
+    if not plan.get("feasible"):
+        phase = "Pending"
+        updates += [Condition("Ready", False, "NotPlanned", plan.get("reason", "")),
+                    Condition("Progressing", False, "NotPlanned", "no feasible plan; nothing was created"),
+                    Condition("Degraded", True, plan.get("reasonCode") or "Infeasible", plan.get("reason", ""))]
+    elif desired == 0:
+        phase = "Ready"
+        updates += [Condition("Ready", True, "ScaledToZero", "0 replicas requested"),
+                    Condition("Progressing", False, "ScaledToZero", "0 replicas requested"),
+                    Condition("Degraded", False, "AsExpected", "")]
+    else:
+        counts = f"{ready}/{desired} replicas ready"
+        is_ready = rolled_out and ready >= desired
+        updates.append(Condition("Ready", is_ready, "Ready" if is_ready else "ReplicasNotReady", counts))
+        updates.append(Condition("Progressing", not is_ready, "RollingOut" if not is_ready else "RolloutComplete",
+                                 counts if not is_ready else f"{desired} replicas up to date"))
+        if unschedulable:
+            updates.append(Condition("Degraded", True, "Unschedulable", unschedulable))
+        else:
+            updates.append(Condition("Degraded", False, "AsExpected", ""))
+        phase = "Ready" if is_ready else ("Degraded" if unschedulable else "Progressing")
+
+    return {
+        "observedGeneration": generation,
+        "phase": phase,
+        "conditions": conditions.merge(status.get("conditions") or [], updates, generation=generation, now=now),
+        "replicas": replicas,
+        "readyReplicas": ready,
+        "desiredReplicas": desired,
+        "selector": labels.selector_string(owner.name),
+        "endpoint": children.endpoint(owner),
+        "plan": plan,
+    }

@@ -1,0 +1,111 @@
+"""One level-triggered reconcile of an InferenceDeployment.
+
+Steps (each a function below):
+  1. read the spec; one the models reject is reported, and nothing else is touched;
+  2. plan: keep the current plan unless planning inputs changed (see planning.py);
+  3. render the children and apply only those whose live state lacks what we want;
+  4. derive status from the plan and the live workload, and write it only when it changed.
+Everything that decides is pure (planner, render, progress); this module only reads and writes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+
+from shardwise import conditions
+from shardwise.api import v1alpha1 as api
+from shardwise.controller import events, planning, progress
+from shardwise.controller.compare import contains, merge_patch
+from shardwise.controller.kube import Kube
+from shardwise.controller.settings import Settings
+from shardwise.render import children, labels
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    applied: tuple[str, ...]
+    status_written: bool
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outcome:
+    infd = kube.get(f"{api.GROUP}/{api.VERSION}", api.KIND, namespace, name)
+    if infd is None or infd["metadata"].get("deletionTimestamp"):
+        return Outcome((), False)
+    meta, status = infd["metadata"], infd.get("status") or {}
+    generation = meta.get("generation")
+    now = now_rfc3339()
+
+    try:
+        spec = api.InferenceDeploymentSpec.model_validate(infd.get("spec") or {})
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        message = f"spec.{'.'.join(map(str, first['loc']))}: {first['msg']}"
+        update = progress.invalid_spec_status(status, message, generation=generation, now=now)
+        return Outcome((), _write_status(kube, infd, update))
+
+    plan = _plan(kube, settings, infd, spec)
+    owner = children.Owner(name=name, namespace=namespace, uid=meta["uid"])
+    applied: list[str] = []
+    workload = None
+    if plan.get("feasible"):
+        replicas = progress.desired_replicas(spec, status)
+        for obj in children.render(owner, spec, plan, replicas):
+            live = kube.get(obj["apiVersion"], obj["kind"], namespace, obj["metadata"]["name"])
+            if live is None or not contains(live, obj):
+                live = kube.apply(obj)
+                applied.append(f"{obj['kind']}/{obj['metadata']['name']}")
+            if obj["kind"] in ("Deployment", "LeaderWorkerSet"):
+                workload = live
+    if applied:
+        log.info("%s/%s: applied %s", namespace, name, ", ".join(applied))
+
+    pods = kube.list_pods(namespace, labels.selector_string(name)) if workload is not None else []
+    update = progress.build_status(spec, plan, workload, pods, status, owner=owner, generation=generation, now=now)
+    written = _write_status(kube, infd, update)
+    if written:
+        events.announce_transitions(kube, infd, status, update, now)
+    return Outcome(tuple(applied), written)
+
+
+def _cluster_prices(kube: Kube, settings: Settings) -> dict[str, float]:
+    """The cluster pricing table: a ConfigMap keyed by GFD product string, $ per GPU-hour."""
+    cm = kube.get("v1", "ConfigMap", settings.namespace, settings.pricing_configmap)
+    prices: dict[str, float] = {}
+    for product, value in ((cm or {}).get("data") or {}).items():
+        try:
+            prices[product] = float(value)
+        except ValueError:
+            log.warning("pricing ConfigMap %s: %s=%r is not a number; ignored", settings.pricing_configmap, product, value)
+    return prices
+
+
+def _plan(kube: Kube, settings: Settings, infd: dict[str, Any], spec: api.InferenceDeploymentSpec) -> dict[str, Any]:
+    current = (infd.get("status") or {}).get("plan")
+    fingerprint = planning.planning_fingerprint(spec)
+    token = planning.replan_token(infd["metadata"])
+    nodes = kube.list_nodes()
+    if not planning.needs_new_plan(current, fingerprint, token, nodes):
+        return current
+    prices = _cluster_prices(kube, settings)
+    return planning.make_plan(infd.get("spec") or {}, nodes, kube.list_active_pods(), prices,
+                              fingerprint=fingerprint, token=token)
+
+
+def _write_status(kube: Kube, infd: dict[str, Any], update: dict[str, Any]) -> bool:
+    """Merge-patch only the status keys whose value changed; nothing when none did."""
+    patch = merge_patch(infd.get("status") or {}, update)
+    if not patch:
+        return False
+    kube.patch_status(infd["metadata"]["namespace"], infd["metadata"]["name"], patch)
+    return True

@@ -1,0 +1,32 @@
+"""Operator settings: explicit, passed in, never read from globals deep inside the code."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    namespace: str = "shardwise-system"  # where the operator runs and its pricing ConfigMap lives
+    pricing_configmap: str = "shardwise-pricing"
+    resync_seconds: float = 30.0  # level-triggered safety net; events make most reconciles immediate
+    metrics_interval_seconds: float = 15.0
+    metrics_window_seconds: float = 300.0
+    scrape_timeout_seconds: float = 3.0
+    metrics_port: int = 8080
+    health_port: int = 8081
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> "Settings":
+        env = os.environ
+        values: dict[str, object] = {}
+        if "POD_NAMESPACE" in env:
+            values["namespace"] = env["POD_NAMESPACE"]
+        for field, var in (("resync_seconds", "SHARDWISE_RESYNC_SECONDS"),
+                           ("metrics_interval_seconds", "SHARDWISE_METRICS_INTERVAL_SECONDS"),
+                           ("metrics_window_seconds", "SHARDWISE_METRICS_WINDOW_SECONDS")):
+            if var in env:
+                values[field] = float(env[var])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]
