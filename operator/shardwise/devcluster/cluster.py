@@ -31,6 +31,8 @@ class LocalCluster:
         self.work_dir = pathlib.Path(work_dir or tempfile.mkdtemp(prefix="shardwise-cluster-"))
         self.bins = bins or binaries.find_binaries()
         self.token = secrets.token_hex(16)
+        # Each client gets a user of its own, so the audit log tells who wrote what.
+        self.user_tokens = {user: secrets.token_hex(16) for user in ("shardwise-operator", "shardwise-sim")}
         self.port = 0
         self.processes: list[Process] = []
 
@@ -42,6 +44,16 @@ class LocalCluster:
     @property
     def server(self) -> str:
         return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def audit_log(self) -> pathlib.Path:
+        """Every write request, one JSON line each (reads are not logged)."""
+        return self.work_dir / "audit.log"
+
+    def user_kubeconfig(self, user: str) -> pathlib.Path:
+        path = self.work_dir / f"kubeconfig-{user}"
+        path.write_text(yaml.safe_dump(self._kubeconfig_dict(self.user_tokens[user])))
+        return path
 
     @property
     def log_dir(self) -> pathlib.Path:
@@ -132,7 +144,12 @@ class LocalCluster:
         pki.mkdir(parents=True, exist_ok=True)
         sa_key = self.work_dir / "sa.key"
         subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True, capture_output=True)
-        (self.work_dir / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
+        (self.work_dir / "tokens.csv").write_text("".join(
+            f'{token},{user},{user},"system:masters"\n'
+            for user, token in {"admin": self.token, **self.user_tokens}.items()))
+        (self.work_dir / "audit-policy.yaml").write_text(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+            "rules:\n- level: None\n  verbs: [get, list, watch]\n- level: Metadata\n")
         self.port = free_port()
         apiserver = self._start("kube-apiserver", [
             str(self.bins["kube-apiserver"]), f"--etcd-servers={self.etcd_url}",
@@ -143,6 +160,8 @@ class LocalCluster:
             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
             "--allow-privileged=true", "--enable-priority-and-fairness=false",
             "--endpoint-reconciler-type=none",
+            f"--audit-policy-file={self.work_dir / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
         ])
         context = ssl.create_default_context()
         context.check_hostname = False
@@ -155,18 +174,20 @@ class LocalCluster:
         wait_until(ready, timeout=120, interval=0.5, what="kube-apiserver /readyz", process=apiserver)
 
     def _write_kubeconfig(self) -> None:
-        config = {
+        self.kubeconfig.write_text(yaml.safe_dump(self._kubeconfig_dict(self.token)))
+        wait_until(lambda: self.kubectl("get", "--raw=/readyz", check=False).returncode == 0,
+                   timeout=30, what="kubectl to reach the API server with the kubeconfig")
+
+    def _kubeconfig_dict(self, token: str) -> dict[str, Any]:
+        return {
             "apiVersion": "v1", "kind": "Config", "current-context": "shardwise-local",
             "clusters": [{"name": "shardwise-local", "cluster": {
                 "server": self.server,
                 # The API server's self-generated cert chains to a CA it writes beside it.
                 "certificate-authority": str(self.work_dir / "pki" / "apiserver.crt")}}],
-            "users": [{"name": "admin", "user": {"token": self.token}}],
-            "contexts": [{"name": "shardwise-local", "context": {"cluster": "shardwise-local", "user": "admin"}}],
+            "users": [{"name": "user", "user": {"token": token}}],
+            "contexts": [{"name": "shardwise-local", "context": {"cluster": "shardwise-local", "user": "user"}}],
         }
-        self.kubeconfig.write_text(yaml.safe_dump(config))
-        wait_until(lambda: self.kubectl("get", "--raw=/readyz", check=False).returncode == 0,
-                   timeout=30, what="kubectl to reach the API server with the kubeconfig")
 
     def _nodes_ready(self, names: list[str]) -> bool:
         items = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"]

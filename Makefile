@@ -1,0 +1,54 @@
+# shardwise: `make demo` and `make test` do every set-up step themselves on a fresh machine
+# (Debian packages, the Python environment, the Go-built control plane in ~/.cache/shardwise).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help deps venv control-plane crds test unit e2e bench demo lint clean
+
+help:
+	@echo "make demo    local control plane + simulated GPU fleet + operator + live traffic"
+	@echo "make test    unit and integration tests (real kube-apiserver, etcd, scheduler, KWOK)"
+	@echo "make bench   planner, collector and autoscaler benchmarks"
+	@echo "make crds    regenerate crds/ from the pydantic API models"
+
+deps:
+	@bash hack/install-deps.sh
+
+$(STAMP): pyproject.toml | deps
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $@
+
+venv: $(STAMP)
+
+control-plane: deps
+	@bash hack/build-control-plane.sh >/dev/null
+
+crds: venv
+	$(VENV)/bin/shardwise crds
+
+unit: venv
+	$(PY) -m pytest -q tests/unit
+
+e2e: venv control-plane
+	$(PY) -m pytest -q tests/e2e
+
+test: venv control-plane
+	$(PY) -m pytest -q tests/unit tests/e2e
+
+lint: venv
+	$(VENV)/bin/lint-imports
+
+bench: venv
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; echo; done
+
+demo: venv control-plane
+	$(PY) -m shardwise.devcluster.demo
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache .hypothesis

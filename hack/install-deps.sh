@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Debian packages the build and tests need; installs only what is missing (as root, or via sudo).
+set -euo pipefail
+need=()
+command -v openssl >/dev/null || need+=(openssl)
+command -v git >/dev/null || need+=(git)
+command -v make >/dev/null || need+=(make)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+if ((${#need[@]})); then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq "${need[@]}"
+fi
+command -v go >/dev/null || { echo "Go (1.24 or newer) is required to build the control plane" >&2; exit 1; }

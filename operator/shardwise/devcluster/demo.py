@@ -1,0 +1,119 @@
+"""`make demo`: a local control plane with a simulated GPU fleet, the operator, and live traffic.
+
+Starts the cluster (building it first if needed), installs the CRD, runs `shardwise run`, starts
+the simulated vLLM fleet (one engine per serving pod, on the pod's loopback IP), applies
+examples/, drives load at each model, and prints `kubectl get infd -A` until Ctrl-C. Every process
+it started is stopped on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import signal
+import sys
+import time
+
+import yaml
+
+from shardwise.devcluster.cluster import LocalCluster
+from shardwise.devcluster.processes import Process, free_port
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+def _python(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+def _load_profile(doc: dict) -> list[tuple[float, float]]:
+    """(requests/s, seconds) phases; the autoscaled example gets a surge and a lull."""
+    if doc["spec"].get("autoscaling"):
+        return [(4, 60), (40, 120), (4, 600)]
+    return [(3, 1800)]
+
+
+def _start_load(cluster: LocalCluster, doc: dict, log_dir: pathlib.Path) -> Process:
+    name = doc["metadata"]["name"]
+    served = doc["spec"]["model"].get("servedName") or name
+    phases = " ; ".join(
+        f"{sys.executable} -m shardwise_runtime.sim.server load --deployment {name} "
+        f"--kubeconfig {cluster.user_kubeconfig('shardwise-sim')} --namespace {doc['metadata'].get('namespace', 'default')} "
+        f"--model {served} --rps {rps} --duration {seconds} --max-tokens 32 >/dev/null"
+        for rps, seconds in _load_profile(doc))
+    process = Process(f"load-{name}", ["bash", "-c", phases], log_dir / f"load-{name}.log")
+    process.start()
+    return process
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topology", type=pathlib.Path, default=ROOT / "tests/fixtures/clusters/default.yaml")
+    parser.add_argument("--examples", type=pathlib.Path, default=ROOT / "examples")
+    parser.add_argument("--work-dir", type=pathlib.Path, default=ROOT / ".demo")
+    parser.add_argument("--refresh-seconds", type=float, default=10.0)
+    parser.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: until Ctrl-C)")
+    args = parser.parse_args(argv)
+
+    stop = False
+
+    def request_stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+
+    import shutil
+    shutil.rmtree(args.work_dir, ignore_errors=True)
+    started = time.monotonic()
+    print("starting the local control plane (the first run builds it from Go modules: ~20 minutes)...", flush=True)
+    cluster = LocalCluster(args.work_dir)
+    try:
+        cluster.start()
+        nodes = cluster.add_nodes(args.topology)
+        cluster.install_crd(ROOT / "crds/inferencedeployments.shardwise.io.yaml")
+        if "lws-crd.yaml" in cluster.bins:
+            cluster.install_crd(cluster.bins["lws-crd.yaml"])
+        print(f"control plane up in {time.monotonic() - started:.0f}s with {len(nodes)} simulated GPU nodes", flush=True)
+        logs = cluster.log_dir
+        operator = Process("operator", _python("-m", "shardwise.cli", "run", "--resync-seconds", "10",
+                                               "--health-port", str(free_port())),
+                           logs / "operator.log", env={"KUBECONFIG": str(cluster.user_kubeconfig("shardwise-operator")),
+                                                       "SHARDWISE_METRICS_INTERVAL_SECONDS": "5",
+                                                       "SHARDWISE_METRICS_WINDOW_SECONDS": "60"})
+        fleet = Process("sim-fleet", _python("-m", "shardwise_runtime.sim.server", "fleet", "--kubeconfig",
+                                             str(cluster.user_kubeconfig("shardwise-sim"))), logs / "sim-fleet.log")
+        for process in (operator, fleet):
+            process.start()
+            cluster.processes.append(process)
+
+        docs = [yaml.safe_load(p.read_text()) for p in sorted(args.examples.glob("*.yaml"))]
+        cluster.kubectl("apply", "-f", str(args.examples))
+        for doc in docs:
+            cluster.processes.append(_start_load(cluster, doc, logs))
+
+        print(f"\nKUBECONFIG={cluster.kubeconfig}   (use it from another terminal: kubectl get infd -A)")
+        print(f"logs: {logs}\n", flush=True)
+        while not stop:
+            elapsed = time.monotonic() - started
+            print(f"--- {time.strftime('%H:%M:%S')}  kubectl get infd -A", flush=True)
+            print(cluster.kubectl("get", "infd", "-A", check=False).stdout, flush=True)
+            pods = cluster.kubectl("get", "pods", "-A", "-l", "shardwise.io/inference-deployment",
+                                   "-o", "custom-columns=NAMESPACE:.metadata.namespace,POD:.metadata.name,"
+                                   "NODE:.spec.nodeName,IP:.status.podIP,PHASE:.status.phase", check=False).stdout
+            print(pods, flush=True)
+            if args.duration and elapsed > args.duration:
+                break
+            for _ in range(int(args.refresh_seconds * 10)):
+                if stop:
+                    break
+                time.sleep(0.1)
+    finally:
+        print("stopping every process the demo started...", flush=True)
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

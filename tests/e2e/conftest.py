@@ -1,0 +1,74 @@
+"""Integration fixtures: one real control plane per test session, one namespace per test.
+
+The cluster is built from the pinned Go modules on first use (hack/build-control-plane.sh) and
+torn down at the end of the session, also when tests fail. Logs of every process are in the
+session's work folder, printed on failure.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from shardwise.devcluster.cluster import LocalCluster
+from tests.e2e.support import ROOT, Kubectl, OperatorProcess
+
+CLUSTER_TOPOLOGY = ROOT / "tests/fixtures/clusters/default.yaml"
+CRD = ROOT / "crds/inferencedeployments.shardwise.io.yaml"
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    work = tmp_path_factory.mktemp("cluster")
+    local = LocalCluster(pathlib.Path(work))
+    try:
+        local.start()
+        local.add_nodes(CLUSTER_TOPOLOGY)
+        local.install_crd(CRD)
+        if "lws-crd.yaml" in local.bins:
+            local.install_crd(local.bins["lws-crd.yaml"])
+        yield local
+    finally:
+        local.stop()
+        print(f"\ncluster logs: {local.log_dir}")
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: LocalCluster) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(cluster).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def kubectl(cluster: LocalCluster, namespace: str) -> Kubectl:
+    return Kubectl(cluster, namespace)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and "cluster" in getattr(item, "fixturenames", ()):
+        local: LocalCluster = item.funcargs.get("cluster")  # type: ignore[assignment]
+        if local is not None:
+            tail = (local.log_dir / "operator.log")
+            if tail.exists():
+                report.sections.append(("operator log (tail)", "\n".join(tail.read_text().splitlines()[-80:])))
