@@ -1,0 +1,169 @@
+"""The Helm chart, rendered and linted by the real helm: defaults, hardening, RBAC, schema."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+from chart_support import CHART, KUBE_VERSION, ROOT, find, run_helm
+from conftest import Render
+
+from shardwise.controller.settings import Settings
+
+CRD_NAME = "inferencedeployments.shardwise.io.yaml"
+
+
+def rules_of(objects: list[dict[str, Any]], kind: str, name: str) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) -> verbs of one ClusterRole or Role."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in find(objects, kind, name)["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def container(workload: dict[str, Any]) -> dict[str, Any]:
+    (only,) = workload["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def test_packaged_crd_is_byte_identical_to_crds_folder() -> None:
+    # `shardwise crds` regenerates crds/; the chart must ship exactly that file.
+    assert (CHART / "files" / CRD_NAME).read_bytes() == (ROOT / "crds" / CRD_NAME).read_bytes()
+
+
+@pytest.mark.parametrize("sets", [(), ("labeler.enabled=true", "operator.watchNamespaces={a,b}")])
+def test_lint_is_clean(helm: pathlib.Path, sets: tuple[str, ...]) -> None:
+    args = [a for s in sets for a in ("--set", s)]
+    result = run_helm(helm, "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout, result.stdout
+
+
+def test_default_render_kinds(render: Render) -> None:
+    kinds = sorted(o["kind"] for o in render())
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition",
+                     "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"]
+
+
+def test_rendered_crd_is_the_generated_crd_kept_on_uninstall(render: Render) -> None:
+    crd = find(render(), "CustomResourceDefinition")
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    generated = yaml.safe_load((ROOT / "crds" / CRD_NAME).read_text())
+    assert crd["spec"] == generated["spec"] and crd["metadata"]["name"] == generated["metadata"]["name"]
+    assert "annotations" not in find(render("crds.keep=false"), "CustomResourceDefinition")["metadata"]
+    assert not [o for o in render("crds.install=false") if o["kind"] == "CustomResourceDefinition"]
+
+
+def test_operator_deployment_is_a_hardened_singleton(render: Render) -> None:
+    deployment = find(render(), "Deployment", "rel-shardwise")
+    spec, pod = deployment["spec"], deployment["spec"]["template"]["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert pod["serviceAccountName"] == "rel-shardwise"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = container(deployment)
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
+                                    "seccompProfile": {"type": "RuntimeDefault"}}
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in c["env"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert "--health-port=8081" in c["args"] and "--metrics-port=8080" in c["args"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}} in pod["volumes"]
+    assert c["image"] == "shardwise/operator:0.1.0"
+
+
+def test_image_digest_wins_over_tag(render: Render) -> None:
+    digest = "sha256:" + "a" * 64
+    c = container(find(render(f"operator.image.digest={digest}", "operator.image.tag=v9"), "Deployment"))
+    assert c["image"] == f"shardwise/operator@{digest}"
+
+
+def test_watch_namespaces_become_flags_and_allow_listing_namespaces(render: Render) -> None:
+    objects = render("operator.watchNamespaces={ml,research}")
+    args = container(find(objects, "Deployment"))["args"]
+    assert [a for a in args if a.startswith("--namespace")] == ["--namespace=ml", "--namespace=research"]
+    assert rules_of(objects, "ClusterRole", "rel-shardwise")[("", "namespaces")] == {"list", "watch"}
+    assert ("", "namespaces") not in rules_of(render(), "ClusterRole", "rel-shardwise")
+
+
+def test_operator_rbac_reads_no_secrets_and_never_writes_nodes(render: Render) -> None:
+    objects = render()
+    rules = rules_of(objects, "ClusterRole", "rel-shardwise")
+    assert not any(resource in ("secrets", "*") or group == "*" for group, resource in rules)
+    assert not any("*" in verbs or {"escalate", "bind", "impersonate"} & verbs for verbs in rules.values())
+    assert rules[("", "nodes")] == {"get", "list", "watch"}
+    for child in (("apps", "deployments"), ("", "services"), ("leaderworkerset.x-k8s.io", "leaderworkersets")):
+        assert {"get", "create", "patch"} <= rules[child], child  # server-side apply that may create
+    assert rules[("shardwise.io", "inferencedeployments")] == {"get", "list", "watch"}
+    assert rules[("shardwise.io", "inferencedeployments/status")] == {"patch"}
+    role = find(objects, "Role", "rel-shardwise")
+    assert role["metadata"]["namespace"] == "sw-system"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
+                              "resourceNames": [Settings().pricing_configmap], "verbs": ["get"]}]
+    binding = find(objects, "ClusterRoleBinding", "rel-shardwise")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-shardwise", "namespace": "sw-system"}]
+
+
+def test_pricing_configmap_is_where_the_operator_reads_it(render: Render) -> None:
+    cm = find(render("pricing.gpuHourUSD.NVIDIA-L40S=0.89", "pricing.gpuHourUSD.NVIDIA-H100-80GB-HBM3=2.49"),
+              "ConfigMap")
+    assert cm["metadata"]["name"] == Settings().pricing_configmap
+    assert cm["data"] == {"NVIDIA-L40S": "0.89", "NVIDIA-H100-80GB-HBM3": "2.49"}
+    assert find(render(), "ConfigMap")["data"] == {}
+
+
+def test_labeler_is_off_by_default_and_may_only_get_and_patch_nodes(render: Render) -> None:
+    assert not [o for o in render() if o["kind"] == "DaemonSet"]
+    objects = render("labeler.enabled=true")
+    daemonset = find(objects, "DaemonSet", "rel-shardwise-labeler")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["serviceAccountName"] == "rel-shardwise-labeler"
+    c = container(daemonset)
+    assert c["command"] == ["shardwise-labeler"]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
+    assert "nvidia.com/gpu" not in c["resources"].get("limits", {})  # must not take GPUs from models
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert rules_of(objects, "ClusterRole", "rel-shardwise-labeler") == {("", "nodes"): {"get", "patch"}}
+    assert "runtimeClassName" not in find(render("labeler.enabled=true", "labeler.runtimeClassName="),
+                                          "DaemonSet")["spec"]["template"]["spec"]
+
+
+def test_monitors_render_only_where_prometheus_operator_exists(helm: pathlib.Path, render: Render) -> None:
+    sets = ("metrics.serviceMonitor.enabled=true", "metrics.podMonitor.enabled=true")
+    objects = render(*sets, flags=("--api-versions", "monitoring.coreos.com/v1"))
+    service_monitor, pod_monitor = find(objects, "ServiceMonitor"), find(objects, "PodMonitor")
+    selector = find(objects, "Service", "rel-shardwise-metrics")["spec"]["selector"]
+    assert service_monitor["spec"]["selector"]["matchLabels"] == selector
+    assert service_monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert not [o for o in render() if o["kind"] in ("ServiceMonitor", "PodMonitor")]
+    result = run_helm(helm, "template", "rel", str(CHART), "--kube-version", KUBE_VERSION,
+                      "--set", "metrics.serviceMonitor.enabled=true")
+    assert result.returncode != 0 and "monitoring.coreos.com/v1" in result.stderr
+
+
+@pytest.mark.parametrize("bad", [
+    "operator.metricsPort=70000",
+    "operator.replicas=2",  # not a value: the operator is a singleton by design
+    "pricing.gpuHourUSD.NVIDIA-L40S=cheap",
+    "labeler.runtimeClassName=Not_A_Name",
+    "operator.image.digest=latest",
+    "operator.image.pullPolicy=Sometimes",
+    "metrics.serviceMonitor.interval=often",
+    "operator.watchNamespaces={UPPER}",
+])
+def test_schema_rejects_bad_values(helm: pathlib.Path, bad: str) -> None:
+    result = run_helm(helm, "template", "rel", str(CHART), "--kube-version", KUBE_VERSION, "--set", bad)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
