@@ -145,3 +145,25 @@ def _stable_count(cluster: LocalCluster, namespace: str) -> list:
     time.sleep(3.0)
     second = writes_by(cluster, OPERATOR_USER, namespace)
     return second if len(second) == len(first) and second else []
+
+
+def test_specs_that_cannot_be_placed_get_a_condition_with_numbers_and_no_children(
+        operator: OperatorProcess, kubectl: Kubectl) -> None:
+    too_big = small_model("too-big", model={"name": "meta-llama/Llama-3.1-405B-Instruct"},
+                          placement={"gpuProducts": ["NVIDIA-L40S"]})
+    unknown = small_model("unknown", model={"name": "acme/never-heard-of-it-13B"})
+    kubectl.apply_yaml(too_big)
+    kubectl.apply_yaml(unknown)
+
+    planned = eventually(lambda: kubectl.condition("too-big", "Planned"), timeout=60, what="Planned on too-big")
+    assert planned["status"] == "False" and planned["reason"] == "InsufficientGPUMemory"
+    assert "GiB" in planned["message"], planned["message"]
+    assert kubectl.get("infd", "too-big")["status"]["phase"] == "Pending"
+
+    invalid = eventually(lambda: kubectl.condition("unknown", "Planned"), timeout=60, what="Planned on unknown")
+    assert invalid["status"] == "False" and "architecture" in invalid["message"], invalid["message"]
+    assert kubectl.get("deployments")["items"] == [] and kubectl.get("services")["items"] == []
+
+    events = kubectl.get("events")["items"]
+    assert any(e["reason"] == "InsufficientGPUMemory" and e["involvedObject"]["name"] == "too-big" for e in events)
+    assert operator.process.alive()

@@ -54,8 +54,12 @@ def needs_new_plan(current: dict[str, Any] | None, fingerprint: str, token: str,
 
 def make_plan(spec_dict: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
               prices: dict[str, float] | None, *, fingerprint: str, token: str) -> dict[str, Any]:
-    request = planner.request_from_spec(spec_dict)
-    result = planner.plan(request, planner.inventory_from_nodes(nodes, pods), prices=prices).to_dict()
+    try:
+        request = planner.request_from_spec(spec_dict)
+    except planner.PlanInputError as exc:  # e.g. a model the catalog lacks and no architecture given
+        result: dict[str, Any] = {"feasible": False, "reasonCode": "InvalidModel", "reason": str(exc)}
+    else:
+        result = planner.plan(request, planner.inventory_from_nodes(nodes, pods), prices=prices).to_dict()
     result["specFingerprint"] = fingerprint
     result["replanToken"] = token
     return result

@@ -21,3 +21,11 @@ def test_changed_scalar_list_and_missing_field_are_drift() -> None:
 def test_booleans_are_not_numbers() -> None:
     assert not contains({"x": 1}, {"x": True})
     assert contains({"x": 1.0}, {"x": 1})
+
+
+def test_merge_patch_is_empty_when_nothing_changed_and_removes_vanished_keys() -> None:
+    from shardwise.controller.compare import merge_patch
+
+    current = {"plan": {"tp": 8, "old": 1}, "latency": {"ttft": 3}, "replicas": 2}
+    assert merge_patch(current, {"plan": {"tp": 8, "old": 1}, "replicas": 2}) == {}
+    assert merge_patch(current, {"plan": {"tp": 4}, "replicas": 2}) == {"plan": {"tp": 4, "old": None}}
