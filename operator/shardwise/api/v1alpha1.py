@@ -208,10 +208,26 @@ class AutoscalingSpec(_Model):
     scaleDownStabilizationSeconds: int = Field(
         300, ge=0, le=86400, description="Sustained headroom needed before scaling down."
     )
+    maxScaleUpStep: int = Field(4, ge=1, le=1000, description="Most replicas one decision may add.")
+    maxScaleDownStep: int = Field(1, ge=1, le=1000, description="Most replicas one decision may remove.")
+    targetUtilization: float = Field(
+        0.7, gt=0.0, le=1.0,
+        description="Fraction of the SLO (or of the KV cache) a scale-down aims for, so that the smaller count "
+        "does not breach at once; at most 1 - tolerance.",
+    )
+    maxWaitingPerReplica: float = Field(
+        8.0, gt=0.0, le=100_000.0,
+        description="Queued requests per ready replica that count as pressure even before latency shows it.",
+    )
 
     model_config = ConfigDict(
         json_schema_extra=_rules(
             ("self.minReplicas <= self.maxReplicas", "autoscaling.minReplicas must not exceed autoscaling.maxReplicas"),
+            (
+                "self.targetUtilization <= 1.0 - self.tolerance",
+                "autoscaling.targetUtilization must be at most 1 - autoscaling.tolerance, or a scale-down would "
+                "land inside the tolerance band and scale back up",
+            ),
             (
                 "self.minReplicas > 0 || self.allowScaleToZero",
                 "autoscaling.minReplicas 0 needs autoscaling.allowScaleToZero: true (the first request will wait "
