@@ -13,6 +13,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="watch only this namespace (repeatable); default: all namespaces")
     p.add_argument("--resync-seconds", type=float, default=None, help="periodic full reconcile interval")
     p.add_argument("--metrics-interval-seconds", type=float, default=None, help="how often serving pods are scraped")
+    p.add_argument("--metrics-window-seconds", type=float, default=None,
+                   help="sliding window of the latency and cost figures on the status")
+    p.add_argument("--scrape-timeout-seconds", type=float, default=None, help="per-pod /metrics timeout")
     p.add_argument("--metrics-port", type=int, default=None, help="port of the operator's own /metrics")
     p.add_argument("--health-port", type=int, default=None, help="port of the liveness endpoint /healthz")
     p.add_argument("--verbose", "-v", action="store_true")
@@ -31,6 +34,8 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings = Settings.from_env(resync_seconds=args.resync_seconds,
                                  metrics_interval_seconds=args.metrics_interval_seconds,
+                                 metrics_window_seconds=args.metrics_window_seconds,
+                                 scrape_timeout_seconds=args.scrape_timeout_seconds,
                                  metrics_port=args.metrics_port, health_port=args.health_port)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, handlers.Operator(settings))

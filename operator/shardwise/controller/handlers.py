@@ -9,17 +9,21 @@ delete` finish even when the operator is down (children go by owner-reference GC
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
 
 from shardwise.api import v1alpha1 as api
+from shardwise.controller import autoscaling, observing
 from shardwise.controller import reconcile as reconciling
 from shardwise.controller.kube import ApiException, Kube
 from shardwise.controller.settings import Settings
+from shardwise.observe import operator_metrics
 from shardwise.render.labels import INSTANCE_LABEL
 
 log = logging.getLogger(__name__)
@@ -40,15 +44,26 @@ class Operator:
             self._kube = Kube()
         return self._kube
 
-    def reconcile(self, namespace: str, name: str) -> None:
+    @contextlib.contextmanager
+    def lock(self, namespace: str, name: str) -> Iterator[None]:
+        """Held by everything that writes one object's status: reconcile, observer, autoscaler."""
         with self._locks_guard:
             lock = self._locks[(namespace, name)]
-        with lock:  # the event handler and the resync loop never reconcile one object at once
+        with lock:
+            yield
+
+    def reconcile(self, namespace: str, name: str) -> None:
+        with self.lock(namespace, name), \
+                operator_metrics.RECONCILE_DURATION.labels("reconcile").time():
             try:
                 reconciling.reconcile(self.kube, self.settings, namespace, name)
             except ApiException as exc:
                 if exc.status == 409:  # someone wrote in between; the next event reconciles again
                     return
+                operator_metrics.RECONCILE_ERRORS.labels("reconcile").inc()
+                raise
+            except Exception:
+                operator_metrics.RECONCILE_ERRORS.labels("reconcile").inc()
                 raise
 
     def resync_all(self) -> None:
@@ -90,10 +105,15 @@ def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:
     @kopf.on.startup(registry=registry)
     async def start_resync(memo: kopf.Memo, **_: Any) -> None:
         memo["resync"] = asyncio.create_task(_every(settings.resync_seconds, operator.resync_all))
+        observer = observing.Observer(operator.kube, settings, operator.lock)
+        memo["observe"] = asyncio.create_task(observer.run_forever())
+        scaler = autoscaling.Autoscaler(operator.kube, settings, operator.lock, observer.latest, operator.reconcile)
+        memo["autoscale"] = asyncio.create_task(scaler.run_forever())
+        operator_metrics.start_server(settings.metrics_port)
 
     @kopf.on.cleanup(registry=registry)
     async def stop_loops(memo: kopf.Memo, **_: Any) -> None:
-        for key in ("resync",):
+        for key in ("resync", "observe", "autoscale"):
             task = memo.get(key)
             if task is not None:
                 task.cancel()

@@ -14,6 +14,10 @@ class Settings:
     metrics_interval_seconds: float = 15.0
     metrics_window_seconds: float = 300.0
     scrape_timeout_seconds: float = 3.0
+    # A status figure is rewritten when it moves by more than this fraction (or the window rolls).
+    metrics_write_threshold: float = 0.05
+    # How often the autoscaler looks for deployments whose evaluation period is due.
+    autoscale_tick_seconds: float = 1.0
     metrics_port: int = 8080
     health_port: int = 8081
 
@@ -25,7 +29,9 @@ class Settings:
             values["namespace"] = env["POD_NAMESPACE"]
         for field, var in (("resync_seconds", "SHARDWISE_RESYNC_SECONDS"),
                            ("metrics_interval_seconds", "SHARDWISE_METRICS_INTERVAL_SECONDS"),
-                           ("metrics_window_seconds", "SHARDWISE_METRICS_WINDOW_SECONDS")):
+                           ("metrics_window_seconds", "SHARDWISE_METRICS_WINDOW_SECONDS"),
+                           ("scrape_timeout_seconds", "SHARDWISE_SCRAPE_TIMEOUT_SECONDS"),
+                           ("autoscale_tick_seconds", "SHARDWISE_AUTOSCALE_TICK_SECONDS")):
             if var in env:
                 values[field] = float(env[var])
         values.update({k: v for k, v in overrides.items() if v is not None})

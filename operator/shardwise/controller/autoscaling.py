@@ -1,0 +1,246 @@
+"""The autoscaler's shell: gather an Observation, call `autoscale.decide`, record and apply it.
+
+Every `autoscaling.evaluationPeriodSeconds` per deployment with `spec.autoscaling`: the freshest
+metrics summary (from the observer, in memory), the replica counts reconcile wrote, and how many
+replicas the GPUs that exist can hold go into `decide`; the decision lands in
+`status.desiredReplicas` and `status.autoscaling` (with the History that stabilization needs,
+kept on the status so it survives restarts), one Event says why, and reconcile is triggered to
+carry the count to the workload. The spec is never written: GitOps tools see no drift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pydantic
+
+from shardwise import autoscale, conditions, planner
+from shardwise.api import v1alpha1 as api
+from shardwise.autoscale import Decision, History, Observation
+from shardwise.conditions import Condition
+from shardwise.controller import events, progress
+from shardwise.controller.compare import merge_patch
+from shardwise.controller.kube import Kube
+from shardwise.controller.observing import LockFor
+from shardwise.controller.reconcile import now_rfc3339
+from shardwise.controller.settings import Settings
+from shardwise.observe.aggregate import Summary
+from shardwise.planner import inventory
+from shardwise.render.labels import INSTANCE_LABEL
+
+log = logging.getLogger(__name__)
+
+CONFLICT = "AutoscalingConflict"
+# Stabilization only reads the last window of records; this bounds the list even when a window is
+# long and the period short, so the status stays small.
+MAX_HISTORY = 64
+
+
+# -- pure ------------------------------------------------------------------------------------
+
+def capacity_replicas(plan: Mapping[str, Any], inv: inventory.Inventory,
+                      node_selector: Mapping[str, str]) -> int | None:
+    """Replicas the planned GPU product can hold: free GPUs on matching nodes, in whole pods.
+
+    `inv` must be built without this deployment's own pods, so the GPUs its running replicas hold
+    count as free: the answer includes them. A replica of several nodes needs that many pods' worth
+    of slots; slots on one node never serve two pods of one replica beyond what it fits. None
+    without a usable plan (nothing to bound by).
+    """
+    per_node = int(plan.get("gpusPerNode") or 0)
+    nodes_per_replica = int(plan.get("nodesPerReplica") or 1)
+    product = plan.get("gpuProduct")
+    if per_node < 1 or not product:
+        return None
+    slots = 0
+    for pool in inv.pools:
+        if pool.shape.product != product:
+            continue
+        for node in pool.nodes:
+            if all(node.labels.get(k) == v for k, v in node_selector.items()):
+                slots += node.free_gpus // per_node
+    return slots // nodes_per_replica
+
+
+def hpa_conflicts(hpas: list[dict[str, Any]], name: str) -> list[str]:
+    """Names of HorizontalPodAutoscalers whose scaleTargetRef is this InferenceDeployment."""
+    found = []
+    for hpa in hpas:
+        ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+        if ref.get("kind") == api.KIND and ref.get("name") == name \
+                and str(ref.get("apiVersion", api.GROUP)).split("/")[0] == api.GROUP:
+            found.append(hpa["metadata"]["name"])
+    return sorted(found)
+
+
+def observation(summary: Summary | None, *, current: int, ready: int,
+                capacity: int | None) -> Observation:
+    """What `decide` sees; no summary (no scrape yet) means no latency and no load known."""
+    s = summary
+    return Observation(
+        current_replicas=current,
+        replicas_ready=min(ready, current),
+        replicas_starting=max(0, current - ready),
+        ttft_p95_ms=s.ttft_p95_ms if s else None,
+        itl_p95_ms=s.itl_p95_ms if s else None,
+        e2e_p95_ms=s.e2e_p95_ms if s else None,
+        waiting=(s.waiting or 0.0) if s else 0.0,
+        running=(s.running or 0.0) if s else 0.0,
+        kv_cache_usage=s.kv_cache_usage if s else None,
+        requests_per_second=(s.requests_per_second or 0.0) if s else 0.0,
+        capacity_replicas=capacity,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one evaluation writes and announces."""
+
+    update: dict[str, Any]
+    events: tuple[tuple[str, str, str], ...]  # (type, reason, message)
+    changed: bool
+
+
+def apply_decision(status: Mapping[str, Any], decision: Decision, history: History, *,
+                   capacity: int | None, now: float, stamp: str) -> Outcome:
+    """The status update and events for a decision taken at `now` (epoch seconds)."""
+    previous = status.get("autoscaling") or {}
+    recorded = history.record(decision, now)
+    records = History(recorded.records[-MAX_HISTORY:])
+    changed = decision.direction is not autoscale.Direction.HOLD
+    found: list[tuple[str, str, str]] = []
+    if changed:
+        reason = "ScaledUp" if decision.direction is autoscale.Direction.UP else "ScaledDown"
+        found.append(("Normal", reason, decision.event_message()))
+    if decision.capacity_limited and not previous.get("capacityLimited"):
+        found.append(("Warning", "InsufficientGPUCapacity",
+                      f"{decision.event_message()}: only {capacity} replicas fit on the GPUs that exist"))
+    summary: dict[str, Any] = {
+        "desiredReplicas": decision.desired_replicas,
+        "recommendation": decision.recommendation,
+        "reason": decision.reason,
+        "lastDecisionTime": stamp,
+        "lastScaleTime": stamp if changed else previous.get("lastScaleTime"),
+        "capacityLimited": decision.capacity_limited,
+        "capacityReplicas": capacity,
+        "history": records.to_list(),
+    }
+    update = {"desiredReplicas": decision.desired_replicas,
+              "autoscaling": {k: v for k, v in summary.items() if v is not None}}
+    return Outcome(update, tuple(found), changed)
+
+
+def conflict_condition(names: list[str]) -> Condition:
+    if names:
+        return Condition(CONFLICT, True, "HorizontalPodAutoscaler",
+                         f"HorizontalPodAutoscaler {', '.join(names)} targets this InferenceDeployment while "
+                         "spec.autoscaling is set; shardwise makes no scaling decision until one is removed")
+    return Condition(CONFLICT, False, "NoConflict", "no HorizontalPodAutoscaler targets this resource")
+
+
+# -- shell -----------------------------------------------------------------------------------
+
+class Autoscaler:
+    """Evaluates each autoscaled deployment on its own period; reconcile applies the result."""
+
+    def __init__(self, kube: Kube, settings: Settings, lock_for: LockFor,
+                 latest: Callable[[str, str], Summary | None], reconcile: Callable[[str, str], None],
+                 *, clock: Callable[[], float] = time.time) -> None:
+        self.kube = kube
+        self.settings = settings
+        self._lock_for = lock_for
+        self._latest = latest
+        self._reconcile = reconcile
+        self._clock = clock
+        self._due: dict[tuple[str, str], float] = {}
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.tick)
+            except Exception:
+                log.exception("autoscaling tick failed")
+            await asyncio.sleep(self.settings.autoscale_tick_seconds)
+
+    def tick(self) -> None:
+        """Evaluate every autoscaled deployment whose period has come round."""
+        now = self._clock()
+        seen = set()
+        for item in self.kube.list_inference_deployments():
+            autoscaling = (item.get("spec") or {}).get("autoscaling")
+            if not autoscaling:
+                continue
+            key = (item["metadata"]["namespace"], item["metadata"]["name"])
+            seen.add(key)
+            period = float(autoscaling.get("evaluationPeriodSeconds") or 30)
+            # The first evaluation waits one period: the metrics window needs something in it.
+            due = self._due.setdefault(key, now + period)
+            if now < due:
+                continue
+            self._due[key] = now + period
+            try:
+                if self.evaluate(*key):
+                    self._reconcile(*key)
+            except Exception:  # one broken object must not starve the others
+                log.exception("autoscaling %s/%s failed", *key)
+        for key in [k for k in self._due if k not in seen]:
+            del self._due[key]
+
+    def evaluate(self, namespace: str, name: str) -> bool:
+        """One decision for one deployment; True when desired replicas changed."""
+        with self._lock_for(namespace, name):
+            infd = self.kube.get(f"{api.GROUP}/{api.VERSION}", api.KIND, namespace, name)
+            if infd is None or infd["metadata"].get("deletionTimestamp"):
+                return False
+            try:
+                spec = api.InferenceDeploymentSpec.model_validate(infd.get("spec") or {})
+            except pydantic.ValidationError:
+                return False  # reconcile reports it
+            status = infd.get("status") or {}
+            plan = status.get("plan") or {}
+            if spec.autoscaling is None or not plan.get("feasible"):
+                return False
+            stamp = now_rfc3339()
+            generation = infd["metadata"].get("generation")
+            hpas = self.kube.list(f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers")
+            conflicting = hpa_conflicts(hpas, name)
+            merged = conditions.merge(status.get("conditions") or [], [conflict_condition(conflicting)],
+                                      generation=generation, now=stamp)
+            outcome = None
+            update: dict[str, Any] = {"conditions": merged}
+            if not conflicting:
+                try:
+                    outcome = self._decide(namespace, name, spec, status, stamp)
+                    update.update(outcome.update)
+                except autoscale.PolicyError as exc:  # the CRD's rules catch most; say the rest
+                    update["autoscaling"] = {**(status.get("autoscaling") or {}), "reason": f"invalid policy: {exc}"}
+            patch = merge_patch(status, update)
+            if patch:
+                self.kube.patch_status(namespace, name, patch)
+            for type_, reason, message in outcome.events if outcome else ():
+                events.emit(self.kube, infd, type_=type_, reason=reason, message=message, now=stamp)
+            return bool(outcome and outcome.changed)
+
+    def _decide(self, namespace: str, name: str, spec: api.InferenceDeploymentSpec,
+                status: Mapping[str, Any], stamp: str) -> Outcome:
+        assert spec.autoscaling is not None
+        policy = autoscale.policy_from_spec(spec.autoscaling.model_dump(mode="json"))
+        others = [p for p in self.kube.list_active_pods()
+                  if not (p["metadata"].get("namespace") == namespace
+                          and (p["metadata"].get("labels") or {}).get(INSTANCE_LABEL) == name)]
+        inv = planner.inventory_from_nodes(self.kube.list_nodes(), others)
+        capacity = capacity_replicas(status.get("plan") or {}, inv, spec.placement.nodeSelector)
+        obs = observation(self._latest(namespace, name), current=progress.desired_replicas(spec, dict(status)),
+                          ready=int(status.get("readyReplicas") or 0), capacity=capacity)
+        history = History.from_list((status.get("autoscaling") or {}).get("history") or [])
+        now = self._clock()
+        decision = autoscale.decide(policy, obs, history, now)
+        if decision.direction is not autoscale.Direction.HOLD:
+            log.info("%s/%s: %s", namespace, name, decision.event_message())
+        return apply_decision(status, decision, history, capacity=capacity, now=now, stamp=stamp)
+

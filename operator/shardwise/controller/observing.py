@@ -1,0 +1,248 @@
+"""Live latency and cost on the status: the shell around observe/ (scrape, window, write).
+
+Every metrics interval the observer lists the InferenceDeployments, scrapes the ready serving pods
+of each (the leader of a multi-node group: only it serves the API and exports vLLM's metrics)
+concurrently, folds the samples into one sliding Window per deployment, and writes
+`status.latency`, `status.cost` and the conditions SLOMet and MetricsAvailable.
+
+Windows live in memory: a restart loses at most one window of history, which the next window
+refills; nothing about them needs to survive. Status writes go through the same per-object lock
+as reconcile and are computed from a freshly read object, because `conditions` is one list that
+both write: reading it under the lock is what keeps either from undoing the other's update.
+The keys reconcile owns are never in our patch; `should_write` keeps watchers from seeing churn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+import pydantic
+
+from shardwise import conditions, pricing
+from shardwise.api import v1alpha1 as api
+from shardwise.conditions import Condition
+from shardwise.controller import events
+from shardwise.controller import reconcile as reconciling
+from shardwise.controller.compare import merge_patch
+from shardwise.controller.kube import Kube
+from shardwise.controller.reconcile import now_rfc3339
+from shardwise.controller.settings import Settings
+from shardwise.observe import aggregate, collector, cost, operator_metrics, status
+from shardwise.render import labels
+
+log = logging.getLogger(__name__)
+
+SLO_MET = "SLOMet"
+METRICS_AVAILABLE = "MetricsAvailable"
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+Key = tuple[str, str]
+LockFor = Callable[[str, str], contextlib.AbstractContextManager[Any]]
+
+
+# -- pure ------------------------------------------------------------------------------------
+
+def scrape_targets(pods: list[dict[str, Any]]) -> dict[str, str]:
+    """Pod name -> pod IP of the ready, non-terminating serving pods that lead their group."""
+    targets = {}
+    for pod in pods:
+        meta, st = pod.get("metadata") or {}, pod.get("status") or {}
+        if (meta.get("labels") or {}).get(WORKER_INDEX_LABEL, "0") != "0" or meta.get("deletionTimestamp"):
+            continue
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+        if ready and st.get("podIP"):
+            targets[meta["name"]] = st["podIP"]
+    return targets
+
+
+def status_cost(plan: Mapping[str, Any], ready_replicas: int, spec: api.InferenceDeploymentSpec,
+                prices: Mapping[str, float], summary: aggregate.Summary) -> dict[str, Any]:
+    """`status.cost`: the GPUs of the ready replicas at the resolved price and observed throughput."""
+    price, source = pricing.resolve_gpu_hour_price(str(plan.get("gpuProduct") or ""),
+                                                   spec.pricing.gpuHourUSD, prices)
+    gpus = int(plan.get("gpusPerReplica") or 0) * ready_replicas
+    total = None
+    if summary.output_tokens_per_second is not None:
+        total = summary.output_tokens_per_second + (summary.prompt_tokens_per_second or 0.0)
+    return status.status_cost(cost.cost(gpus, price, source, summary.output_tokens_per_second, total))
+
+
+def slo_condition(slo: api.SLOSpec, latency: Mapping[str, Any]) -> Condition:
+    """SLOMet from the written latency figures, naming every target and what was observed."""
+    checks = [(label, latency.get(field), target) for label, field, target in (
+        ("TTFT p95", "ttftP95Ms", slo.ttftP95), ("ITL p95", "itlP95Ms", slo.itlP95),
+        ("E2E p95", "e2eP95Ms", slo.e2eP95)) if target is not None]
+    measured = [(label, observed, target) for label, observed, target in checks if observed is not None]
+    if not measured:
+        return Condition(SLO_MET, None, "NoTraffic", f"no requests finished in the last {latency.get('window')}")
+    parts, met = [], True
+    for label, observed, target in measured:
+        target_ms = _duration_ms(target)
+        ok = observed <= target_ms
+        met = met and ok
+        parts.append(f"{label} {observed:g} ms {'<=' if ok else '>'} SLO {target_ms:g} ms")
+    return Condition(SLO_MET, met, "WithinSLO" if met else "SLOBreached", "; ".join(parts))
+
+
+def _duration_ms(text: str) -> float:
+    for unit, factor in (("ms", 1.0), ("s", 1000.0), ("m", 60_000.0)):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * factor
+    raise ValueError(f"not a duration: {text!r}")  # the CRD pattern makes this unreachable
+
+
+def metrics_condition(targets: int, errors: Mapping[str, collector.ScrapeError]) -> Condition:
+    """MetricsAvailable: which pods did not answer (kinds only, so one flaky error does not churn)."""
+    if errors:
+        failed = ", ".join(f"{pod} ({errors[pod].kind})" for pod in sorted(errors))
+        return Condition(METRICS_AVAILABLE, False, "ScrapeFailed",
+                         f"{len(errors)} of {targets} serving pods did not answer /metrics: {failed}")
+    if not targets:
+        return Condition(METRICS_AVAILABLE, None, "NoReadyPods", "no ready serving pod to scrape")
+    return Condition(METRICS_AVAILABLE, True, "Scraped", f"{targets} serving pods scraped")
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """One cycle's figures for one deployment, before deciding whether to write them."""
+
+    figures: dict[str, Any]  # {"latency": ..., "cost": ...}
+    targets: int
+    errors: Mapping[str, collector.ScrapeError]
+
+
+def status_update(infd: Mapping[str, Any], spec: api.InferenceDeploymentSpec, observed: Observed, *,
+                  write_figures: bool, now: str) -> dict[str, Any]:
+    """The status keys this observer owns (figures only when `write_figures`), from a fresh object."""
+    current = infd.get("status") or {}
+    figures = observed.figures if write_figures else {k: current.get(k) for k in observed.figures}
+    existing = current.get("conditions") or []
+    updates = [metrics_condition(observed.targets, observed.errors)]
+    slo = spec.autoscaling.slo if spec.autoscaling is not None else None
+    if slo is None:  # SLOs removed from the spec: the condition about them goes too
+        existing = [c for c in existing if c.get("type") != SLO_MET]
+    else:
+        updates.append(slo_condition(slo, figures.get("latency") or {}))
+    update: dict[str, Any] = {"conditions": conditions.merge(
+        existing, updates, generation=infd["metadata"].get("generation"), now=now)}
+    if write_figures:
+        update.update(observed.figures)
+    return update
+
+
+# -- shell -----------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Tracked:
+    window: aggregate.Window
+    last_write: float = float("-inf")
+    failing: frozenset[str] = frozenset()
+    summary: aggregate.Summary | None = None
+
+
+class Observer:
+    """Scrapes, aggregates and writes; `latest` hands the autoscaler the freshest summary."""
+
+    def __init__(self, kube: Kube, settings: Settings, lock_for: LockFor,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.kube = kube
+        self.settings = settings
+        self._lock_for = lock_for
+        self._clock = clock
+        self._tracked: dict[Key, _Tracked] = {}
+
+    def latest(self, namespace: str, name: str) -> aggregate.Summary | None:
+        tracked = self._tracked.get((namespace, name))
+        return tracked.summary if tracked is not None else None
+
+    async def run_forever(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.settings.scrape_timeout_seconds)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                started = self._clock()
+                try:
+                    await self.cycle(session)
+                except Exception:  # the API server may be away for a moment; try next interval
+                    log.exception("metrics cycle failed")
+                elapsed = self._clock() - started
+                await asyncio.sleep(max(0.0, self.settings.metrics_interval_seconds - elapsed))
+
+    async def cycle(self, session: aiohttp.ClientSession) -> None:
+        items = await asyncio.to_thread(self.kube.list_inference_deployments)
+        seen = {(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items}
+        for key in [k for k in self._tracked if k not in seen]:
+            del self._tracked[key]
+            operator_metrics.forget(*key)
+        prices: dict[str, float] | None = None
+        if any(not ((i.get("spec") or {}).get("pricing") or {}).get("gpuHourUSD") for i in items):
+            # The planner's price table, read the same way (reconcile.py owns it).
+            prices = await asyncio.to_thread(reconciling._cluster_prices, self.kube, self.settings)
+        results = await asyncio.gather(*(self._observe(i, session, prices or {}) for i in items),
+                                       return_exceptions=True)
+        for item, result in zip(items, results, strict=True):
+            if isinstance(result, Exception):  # one broken object must not starve the others
+                meta = item["metadata"]
+                log.error("observing %s/%s failed: %s", meta["namespace"], meta["name"], result,
+                          exc_info=result)
+
+    async def _observe(self, item: dict[str, Any], session: aiohttp.ClientSession,
+                       prices: Mapping[str, float]) -> None:
+        meta = item["metadata"]
+        key: Key = (meta["namespace"], meta["name"])
+        plan = (item.get("status") or {}).get("plan") or {}
+        try:
+            spec = api.InferenceDeploymentSpec.model_validate(item.get("spec") or {})
+        except pydantic.ValidationError:
+            return  # reconcile reports it
+        if not plan.get("feasible"):
+            return
+        tracked = self._tracked.setdefault(key, _Tracked(aggregate.Window(
+            self.settings.metrics_window_seconds, stale_after_s=3 * self.settings.metrics_interval_seconds)))
+        pods = await asyncio.to_thread(self.kube.list_pods, key[0], labels.selector_string(key[1]))
+        targets = scrape_targets(pods)
+        result = await collector.scrape(targets, timeout_s=self.settings.scrape_timeout_seconds, session=session)
+        now = self._clock()
+        for pod, sample in result.samples.items():
+            tracked.window.add(pod, sample, now)
+        summary = tracked.window.summary(now)
+        tracked.summary = summary
+        latency = {**status.status_latency(summary), "scrapeErrors": len(result.errors)}
+        ready = int((item.get("status") or {}).get("readyReplicas") or 0)
+        figures = {"latency": latency, "cost": status_cost(plan, ready, spec, prices, summary)}
+        observed = Observed(figures, len(targets), result.errors)
+        await asyncio.to_thread(self._write, key, spec, observed, tracked, now)
+
+    def _write(self, key: Key, spec: api.InferenceDeploymentSpec, observed: Observed,
+               tracked: _Tracked, now: float) -> None:
+        with self._lock_for(*key):
+            infd = self.kube.get(f"{api.GROUP}/{api.VERSION}", api.KIND, *key)
+            if infd is None or infd["metadata"].get("deletionTimestamp"):
+                return
+            current = infd.get("status") or {}
+            previous = {k: current[k] for k in observed.figures if current.get(k) is not None} or None
+            write_figures = status.should_write(
+                previous, observed.figures, tracked.last_write, now,
+                min_interval_s=0.9 * self.settings.metrics_interval_seconds,
+                relative_threshold=self.settings.metrics_write_threshold,
+                refresh_s=self.settings.metrics_window_seconds)
+            stamp = now_rfc3339()
+            update = status_update(infd, spec, observed, write_figures=write_figures, now=stamp)
+            patch = merge_patch(current, update)
+            if patch:
+                self.kube.patch_status(*key, patch)
+            if write_figures:
+                tracked.last_write = now
+            newly_failing = set(observed.errors) - tracked.failing
+            tracked.failing = frozenset(observed.errors)
+            if newly_failing:
+                failed = "; ".join(observed.errors[p].message for p in sorted(newly_failing))
+                events.emit(self.kube, infd, type_="Warning", reason="MetricsScrapeFailed",
+                            message=f"{len(newly_failing)} serving pod(s) did not answer: {failed}", now=stamp)
+        operator_metrics.publish_status(*key, {**current, **update})

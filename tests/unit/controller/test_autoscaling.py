@@ -1,0 +1,117 @@
+"""The autoscaler shell's pure pieces: GPU capacity in replicas, HPA conflicts, the recorded decision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shardwise import autoscale, planner
+from shardwise.autoscale import Decision, History
+from shardwise.controller import autoscaling
+
+STAMP = "2026-01-01T00:00:00Z"
+
+
+def node(name: str, product: str, gpus: int, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product,
+                                                  "nvidia.com/gpu.count": str(gpus), **labels}},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def pod_on(node_name: str, gpus: int) -> dict[str, Any]:
+    return {"metadata": {"name": f"p-{node_name}-{gpus}", "namespace": "other"},
+            "spec": {"nodeName": node_name,
+                     "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": "Running"}}
+
+
+NODES = [node("a1", "NVIDIA-A100-80GB-PCIe", 4, zone="x"), node("a2", "NVIDIA-A100-80GB-PCIe", 4, zone="y"),
+         node("l1", "NVIDIA-L40S", 4)]
+
+
+@pytest.mark.parametrize(("plan", "others", "selector", "expected"), [
+    ({"gpuProduct": "NVIDIA-A100-80GB-PCIe", "gpusPerNode": 1}, [], {}, 8),
+    ({"gpuProduct": "NVIDIA-A100-80GB-PCIe", "gpusPerNode": 2}, [pod_on("a1", 3)], {}, 2),  # 1 free on a1: none
+    ({"gpuProduct": "NVIDIA-A100-80GB-PCIe", "gpusPerNode": 1}, [], {"zone": "y"}, 4),
+    ({"gpuProduct": "NVIDIA-A100-80GB-PCIe", "gpusPerNode": 4, "nodesPerReplica": 2}, [], {}, 1),
+    ({"gpuProduct": "NVIDIA-H200", "gpusPerNode": 1}, [], {}, 0),
+    ({"gpuProduct": None, "gpusPerNode": 0}, [], {}, None),
+])
+def test_capacity_counts_whole_replicas_on_free_gpus_of_the_planned_product(
+        plan: dict[str, Any], others: list[dict[str, Any]], selector: dict[str, str], expected: int | None) -> None:
+    inv = planner.inventory_from_nodes(NODES, others)
+    assert autoscaling.capacity_replicas(plan, inv, selector) == expected
+
+
+def test_hpa_conflicts_only_for_hpas_aimed_at_this_inference_deployment() -> None:
+    def hpa(name: str, kind: str, target: str, api_version: str = "shardwise.io/v1alpha1") -> dict[str, Any]:
+        return {"metadata": {"name": name},
+                "spec": {"scaleTargetRef": {"kind": kind, "name": target, "apiVersion": api_version}}}
+
+    hpas = [hpa("z", "InferenceDeployment", "m"), hpa("d", "Deployment", "m", "apps/v1"),
+            hpa("o", "InferenceDeployment", "other"), hpa("a", "InferenceDeployment", "m")]
+    assert autoscaling.hpa_conflicts(hpas, "m") == ["a", "z"]
+    assert autoscaling.conflict_condition(["a"]).status is True
+    assert autoscaling.conflict_condition([]).status is False
+
+
+def test_observation_counts_starting_replicas_and_tolerates_no_summary() -> None:
+    obs = autoscaling.observation(None, current=3, ready=1, capacity=4)
+    assert (obs.replicas_ready, obs.replicas_starting, obs.ttft_p95_ms, obs.has_traffic) == (1, 2, None, False)
+    # Replicas being removed are not "starting": ready above current is capped, not negative.
+    down = autoscaling.observation(None, current=1, ready=2, capacity=None)
+    assert (down.replicas_ready, down.replicas_starting) == (1, 0)
+
+
+def decision(desired: int, current: int, *, capacity_limited: bool = False) -> Decision:
+    return Decision(desired_replicas=desired, current_replicas=current, recommendation=desired,
+                    cause="TTFT p95 812 ms > SLO 500 ms for 1 period", capacity_limited=capacity_limited,
+                    history_window_s=60.0)
+
+
+def test_a_scale_up_is_recorded_announced_and_stamped() -> None:
+    out = autoscaling.apply_decision({}, decision(3, 2), History(), capacity=None, now=100.0, stamp=STAMP)
+    assert out.changed
+    assert out.update["desiredReplicas"] == 3
+    status = out.update["autoscaling"]
+    assert (status["lastScaleTime"], status["lastDecisionTime"], status["capacityLimited"]) == (STAMP, STAMP, False)
+    assert History.from_list(status["history"]).records[-1].desired_replicas == 3
+    assert out.events == (("Normal", "ScaledUp", "TTFT p95 812 ms > SLO 500 ms for 1 period: replicas 2 -> 3"),)
+
+
+def test_a_hold_keeps_the_last_scale_time_and_posts_nothing() -> None:
+    previous = {"autoscaling": {"lastScaleTime": "earlier"}}
+    out = autoscaling.apply_decision(previous, decision(2, 2), History(), capacity=None, now=100.0, stamp=STAMP)
+    assert not out.changed and out.events == ()
+    assert out.update["autoscaling"]["lastScaleTime"] == "earlier"
+
+
+def test_capacity_warning_only_on_the_transition() -> None:
+    limited = decision(4, 4, capacity_limited=True)
+    first = autoscaling.apply_decision({}, limited, History(), capacity=4, now=1.0, stamp=STAMP)
+    assert [e[1] for e in first.events] == ["InsufficientGPUCapacity"]
+    assert "only 4 replicas fit" in first.events[0][2]
+    again = autoscaling.apply_decision({"autoscaling": first.update["autoscaling"]}, limited, History(),
+                                       capacity=4, now=2.0, stamp=STAMP)
+    assert again.events == ()
+
+
+def test_history_on_the_status_stays_bounded() -> None:
+    history = History()
+    long_window = Decision(desired_replicas=1, current_replicas=1, recommendation=1, cause="c",
+                           history_window_s=1e9)
+    for t in range(200):
+        history = history.record(long_window, float(t))
+    out = autoscaling.apply_decision({}, long_window, history, capacity=None, now=500.0, stamp=STAMP)
+    kept = out.update["autoscaling"]["history"]
+    assert len(kept) == autoscaling.MAX_HISTORY and kept[-1]["at"] == 500.0
+
+
+def test_decision_through_the_real_policy_lands_on_the_status() -> None:
+    policy = autoscale.policy_from_spec({"maxReplicas": 4, "slo": {"ttftP95": "500ms"}})
+    obs = autoscaling.observation(None, current=1, ready=1, capacity=2)
+    made = autoscale.decide(policy, obs, History(), 10.0)
+    out = autoscaling.apply_decision({}, made, History(), capacity=2, now=10.0, stamp=STAMP)
+    assert out.update["desiredReplicas"] == 1 and not out.changed
