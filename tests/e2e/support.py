@@ -15,6 +15,8 @@ from shardwise.devcluster.processes import Process, free_port
 T = TypeVar("T")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OPERATOR_USER = "shardwise-operator"
+# Live metrics settle in seconds, not minutes: scrape every 2 s over a 15 s window.
+COMPRESSED_TIMINGS = {"SHARDWISE_METRICS_INTERVAL_SECONDS": "2", "SHARDWISE_METRICS_WINDOW_SECONDS": "15"}
 
 
 def writes_by(cluster: LocalCluster, user: str, namespace: str) -> list[dict[str, Any]]:
@@ -55,7 +57,8 @@ class OperatorProcess:
         argv = [sys.executable, "-m", "shardwise.cli", "run", "--resync-seconds", str(resync_seconds),
                 "--health-port", str(free_port()), "--metrics-port", str(self.metrics_port), *extra_args]
         self.process = Process("operator", argv, cluster.log_dir / "operator.log",
-                               env={"KUBECONFIG": str(cluster.user_kubeconfig(OPERATOR_USER)), "PYTHONUNBUFFERED": "1", **(env or {})})
+                               env={"KUBECONFIG": str(cluster.user_kubeconfig(OPERATOR_USER)), "PYTHONUNBUFFERED": "1",
+                                    **COMPRESSED_TIMINGS, **(env or {})})
 
     def start(self) -> "OperatorProcess":
         self.process.start()
