@@ -8,9 +8,6 @@ from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "shardwise"
-# The helm built from Go modules carries no Kubernetes version of its own (it would assume
-# v1.20 and trip the chart's kubeVersion); render for the version the local cluster runs.
-KUBE_VERSION = "1.34.0"
 
 
 def run_helm(helm: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_support import CHART, KUBE_VERSION, run_helm
+from chart_support import CHART, run_helm
 
 from shardwise.devcluster import binaries
 
@@ -31,7 +31,7 @@ def render(helm: pathlib.Path) -> Render:
     """`helm template` with --set pairs and extra flags; fails the test on any helm error."""
 
     def _render(*sets: str, flags: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-        args = ["template", "rel", str(CHART), "--namespace", "sw-system", "--kube-version", KUBE_VERSION,
+        args = ["template", "rel", str(CHART), "--namespace", "sw-system",
                 *flags, *[a for s in sets for a in ("--set", s)]]
         result = run_helm(helm, *args)
         assert result.returncode == 0, result.stderr

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_support import CHART, KUBE_VERSION, ROOT, find, run_helm
+from chart_support import CHART, ROOT, find, run_helm
 from conftest import Render
 
 from shardwise.controller.settings import Settings
@@ -38,7 +38,7 @@ def test_packaged_crd_is_byte_identical_to_crds_folder() -> None:
 @pytest.mark.parametrize("sets", [(), ("labeler.enabled=true", "operator.watchNamespaces={a,b}")])
 def test_lint_is_clean(helm: pathlib.Path, sets: tuple[str, ...]) -> None:
     args = [a for s in sets for a in ("--set", s)]
-    result = run_helm(helm, "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *args)
+    result = run_helm(helm, "lint", "--strict", str(CHART), *args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout, result.stdout
 
@@ -148,7 +148,7 @@ def test_monitors_render_only_where_prometheus_operator_exists(helm: pathlib.Pat
     assert service_monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     assert not [o for o in render() if o["kind"] in ("ServiceMonitor", "PodMonitor")]
-    result = run_helm(helm, "template", "rel", str(CHART), "--kube-version", KUBE_VERSION,
+    result = run_helm(helm, "template", "rel", str(CHART),
                       "--set", "metrics.serviceMonitor.enabled=true")
     assert result.returncode != 0 and "monitoring.coreos.com/v1" in result.stderr
 
@@ -164,6 +164,6 @@ def test_monitors_render_only_where_prometheus_operator_exists(helm: pathlib.Pat
     "operator.watchNamespaces={UPPER}",
 ])
 def test_schema_rejects_bad_values(helm: pathlib.Path, bad: str) -> None:
-    result = run_helm(helm, "template", "rel", str(CHART), "--kube-version", KUBE_VERSION, "--set", bad)
+    result = run_helm(helm, "template", "rel", str(CHART), "--set", bad)
     assert result.returncode != 0
     assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
