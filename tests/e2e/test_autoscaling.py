@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from shardwise.devcluster.cluster import LocalCluster
 from shardwise.devcluster.processes import Process
 from shardwise_runtime.sim import load, targets
+
 from tests.e2e.support import Kubectl, eventually
 
 pytestmark = pytest.mark.e2e

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from shardwise import autoscale, planner
 from shardwise.autoscale import Decision, History
 from shardwise.controller import autoscaling

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from shardwise.api import v1alpha1 as api
 from shardwise.controller import observing
 from shardwise.observe import aggregate, collector
