@@ -9,6 +9,8 @@ import sys
 from shardwise.api import crd
 
 DEFAULT_PATH = pathlib.Path("crds/inferencedeployments.shardwise.io.yaml")
+# The Helm chart carries a byte-identical copy (a chart cannot reach outside its folder).
+CHART_COPY = pathlib.Path("charts/shardwise/files/inferencedeployments.shardwise.io.yaml")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,13 +25,14 @@ def _run(args: argparse.Namespace) -> int:
     if str(args.output) == "-":
         sys.stdout.write(text)
         return 0
+    targets = [args.output] + ([CHART_COPY] if args.output == DEFAULT_PATH else [])
     if args.check:
-        current = args.output.read_text() if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is stale: run `make crds`", file=sys.stderr)
-            return 1
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    print(f"wrote {args.output}")
+        stale = [str(t) for t in targets if not t.exists() or t.read_text() != text]
+        if stale:
+            print(f"{', '.join(stale)} stale: run `make crds`", file=sys.stderr)
+        return 1 if stale else 0
+    for target in targets:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        print(f"wrote {target}")
     return 0
