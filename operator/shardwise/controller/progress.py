@@ -23,12 +23,31 @@ def desired_replicas(spec: InferenceDeploymentSpec, status: dict[str, Any]) -> i
     return min(max(int(decided) if decided is not None else low, low), high)
 
 
+def kstatus_conditions(updates: list[Condition]) -> list[Condition]:
+    """Reconciling and Stalled, the abnormal-true pair kstatus (Flux, `kubectl wait`) reads.
+
+    They mirror Progressing and a Degraded that needs a person (a spec that cannot be placed or
+    is invalid), so plain kstatus tells "still working" from "stuck" without custom health checks.
+    """
+    by_type = {c.type: c for c in updates}
+    progressing, degraded = by_type.get("Progressing"), by_type.get("Degraded")
+    out = []
+    if progressing is not None:
+        out.append(Condition("Reconciling", progressing.status, progressing.reason, progressing.message))
+    if degraded is not None:
+        stuck = bool(degraded.status) and degraded.reason != "Unschedulable"
+        out.append(Condition("Stalled", stuck, degraded.reason if stuck else "AsExpected",
+                             degraded.message if stuck else ""))
+    return out
+
+
 def invalid_spec_status(status: dict[str, Any], message: str, *, generation: int | None, now: str) -> dict[str, Any]:
     updates = [
         Condition("Ready", False, "InvalidSpec", message),
         Condition("Degraded", True, "InvalidSpec", message),
         Condition("Progressing", False, "InvalidSpec", message),
     ]
+    updates += kstatus_conditions(updates)
     return {
         "observedGeneration": generation,
         "phase": "Failed",
@@ -90,6 +109,7 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
             updates.append(Condition("Degraded", False, "AsExpected", ""))
         phase = "Ready" if is_ready else ("Degraded" if unschedulable else "Progressing")
 
+    updates += kstatus_conditions(updates)
     return {
         "observedGeneration": generation,
         "phase": phase,

@@ -81,3 +81,12 @@ def test_autoscaling_owns_the_replica_count_within_its_bounds() -> None:
 def test_scaled_to_zero_is_ready() -> None:
     status = build(spec(replicas=0), workload=deployment(0, 0))
     assert status["phase"] == "Ready" and conds(status)["Ready"] == ("True", "ScaledToZero")
+
+
+def test_kstatus_reads_reconciling_while_rolling_and_stalled_when_a_person_must_act() -> None:
+    rolling = conds(build(spec(replicas=2), workload=deployment(2, 1)))
+    assert rolling["Reconciling"][0] == "True" and rolling["Stalled"][0] == "False"
+    done = conds(build(workload=deployment(1, 1)))
+    assert done["Reconciling"][0] == "False" and done["Stalled"][0] == "False"
+    stuck = conds(build(plan={"feasible": False, "reasonCode": "InsufficientGPUMemory", "reason": "x"}))
+    assert stuck["Stalled"] == ("True", "InsufficientGPUMemory")
