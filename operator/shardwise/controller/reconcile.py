@@ -19,9 +19,9 @@ import pydantic
 
 from shardwise import conditions
 from shardwise.api import v1alpha1 as api
-from shardwise.controller import events, planning, progress
+from shardwise.controller import events, missing_api, planning, progress
 from shardwise.controller.compare import contains, merge_patch
-from shardwise.controller.kube import Kube
+from shardwise.controller.kube import ApiException, Kube
 from shardwise.controller.settings import Settings
 from shardwise.render import children, labels
 
@@ -58,12 +58,19 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
     owner = children.Owner(name=name, namespace=namespace, uid=meta["uid"])
     applied: list[str] = []
     workload = None
+    lws_missing = False
     if plan.get("feasible"):
         replicas = progress.desired_replicas(spec, status)
         for obj in children.render(owner, spec, plan, replicas):
             live = kube.get(obj["apiVersion"], obj["kind"], namespace, obj["metadata"]["name"])
             if live is None or not contains(live, obj):
-                live = kube.apply(obj)
+                try:
+                    live = kube.apply(obj)
+                except ApiException as exc:
+                    if not missing_api.is_missing_lws_api(exc, obj):
+                        raise
+                    lws_missing = True
+                    continue
                 applied.append(f"{obj['kind']}/{obj['metadata']['name']}")
             if obj["kind"] in ("Deployment", "LeaderWorkerSet"):
                 workload = live
@@ -72,6 +79,8 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
 
     pods = kube.list_pods(namespace, labels.selector_string(name)) if workload is not None else []
     update = progress.build_status(spec, plan, workload, pods, status, owner=owner, generation=generation, now=now)
+    if lws_missing:
+        update = missing_api.lws_not_installed_status(update, status, generation=generation, now=now)
     written = _write_status(kube, infd, update)
     if written:
         events.announce_transitions(kube, infd, status, update, now)

@@ -1,8 +1,9 @@
 """Build the serving workload and its Service for one InferenceDeployment.
 
-A replica that fits on one node is a pod of a Deployment; `render` returns the objects in the
-order they should be applied. Probes are sized for model loads that take many minutes: the
-startup probe allows 30 minutes before liveness takes over.
+A replica that fits on one node is a pod of a Deployment; one that spans nodes is a pod group of
+a LeaderWorkerSet (`leaderworkerset`). `render` returns the objects in the order they should be
+applied. Probes are sized for model loads that take many minutes: the startup probe allows 30
+minutes before liveness takes over.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardwise.api.v1alpha1 import GROUP, KIND, VERSION, InferenceDeploymentSpec
-from shardwise.render import labels
+from shardwise.render import labels, leaderworkerset
 from shardwise.render.vllm_args import VLLM_PORT, build_serve_args
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -38,7 +39,7 @@ class Owner:
         }
 
 
-def _metadata(owner: Owner, name: str) -> dict[str, Any]:
+def object_metadata(owner: Owner, name: str) -> dict[str, Any]:
     return {
         "name": name,
         "namespace": owner.namespace,
@@ -70,7 +71,7 @@ def _env(spec: InferenceDeploymentSpec) -> list[dict[str, Any]]:
     return env
 
 
-def _annotations(spec: InferenceDeploymentSpec, plan: dict[str, Any]) -> dict[str, str]:
+def pod_annotations(spec: InferenceDeploymentSpec, plan: dict[str, Any]) -> dict[str, str]:
     predicted = plan.get("predicted") or {}
     out = {labels.MAX_CONCURRENCY_ANNOTATION: str(spec.serving.maxConcurrency)}
     if predicted.get("ttftMs") is not None:
@@ -116,7 +117,7 @@ def build_deployment(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(owner, owner.name),
+        "metadata": object_metadata(owner, owner.name),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector},
@@ -124,7 +125,7 @@ def build_deployment(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str
             # replica's worth of free GPUs, and serving never stops during it.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": {"labels": labels.common_labels(owner.name), "annotations": _annotations(spec, plan)},
+                "metadata": {"labels": labels.common_labels(owner.name), "annotations": pod_annotations(spec, plan)},
                 "spec": build_pod_spec(owner, spec, plan, command=["vllm", "serve"],
                                        args=build_serve_args(spec, plan, owner.name)),
             },
@@ -136,7 +137,7 @@ def build_service(owner: Owner, selector: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(owner, owner.name),
+        "metadata": object_metadata(owner, owner.name),
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
@@ -147,6 +148,11 @@ def build_service(owner: Owner, selector: dict[str, str]) -> dict[str, Any]:
 
 def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any], replicas: int) -> list[dict[str, Any]]:
     """Every child the InferenceDeployment should have, in apply order."""
+    if int(plan["nodesPerReplica"]) > 1:
+        return [
+            leaderworkerset.build_leaderworkerset(owner, spec, plan, replicas),
+            build_service(owner, leaderworkerset.leader_selector(owner.name)),
+        ]
     return [
         build_deployment(owner, spec, plan, replicas),
         build_service(owner, labels.selector_labels(owner.name)),
