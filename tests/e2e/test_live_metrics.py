@@ -124,11 +124,16 @@ def test_status_reports_latency_cost_and_a_dead_engine(operator: Any, kubectl: K
           f"(bucket {low * 1000:g}-{high * 1000:g} ms); status latency {latency}")
     assert latency["requestsPerSecond"] > 0 and latency["scrapeErrors"] == 0
 
-    status = kubectl.get("infd", NAME)["status"]
-    gpus = status["plan"]["gpusPerReplica"] * status["readyReplicas"]
-    assert status["cost"]["priceSource"] == "spec"
-    assert status["cost"]["hourlyUSD"] == pytest.approx(gpus * PRICE)
-    assert gpus == 2
+    def consistent_cost() -> dict[str, Any] | None:
+        # readyReplicas (reconcile) and cost (observer) are written by two loops: wait for one
+        # object on which they agree, with both replicas ready.
+        status = kubectl.get("infd", NAME)["status"]
+        gpus = status["plan"]["gpusPerReplica"] * status.get("readyReplicas", 0)
+        cost = status.get("cost") or {}
+        return cost if gpus == 2 and cost.get("hourlyUSD") == pytest.approx(gpus * PRICE) else None
+
+    cost = eventually(consistent_cost, timeout=20, what=f"status.cost.hourlyUSD == 2 GPUs x ${PRICE}")
+    assert cost["priceSource"] == "spec"
 
     # Stop one engine; its pod stays Running and Ready in the API, as when vLLM itself dies.
     before = {e["metadata"]["name"] for e in _events(kubectl, "MetricsScrapeFailed")}
