@@ -128,7 +128,8 @@ def test_operator_restart_mid_rollout_creates_no_duplicates(operator: OperatorPr
 def test_idle_reconciles_write_nothing(operator: OperatorProcess, kubectl: Kubectl, cluster: LocalCluster) -> None:
     kubectl.apply_yaml(small_model("idle"))
     eventually(lambda: ready(kubectl, "idle"), timeout=90, what="idle Ready")
-    # Let the rollout's last status updates settle, then watch several resync periods.
+    # Let the rollout's last status updates and the first metrics verdict settle, then watch
+    # several resync and metrics periods.
     settle = len(eventually(lambda: _stable_count(cluster, kubectl.namespace), timeout=60,
                             what="operator writes to settle"))
     before = settle
@@ -141,8 +142,9 @@ def test_idle_reconciles_write_nothing(operator: OperatorProcess, kubectl: Kubec
 
 
 def _stable_count(cluster: LocalCluster, namespace: str) -> list:
+    """The operator's writes so far, once none came for two resync (3 s) and metrics (2 s) periods."""
     first = writes_by(cluster, OPERATOR_USER, namespace)
-    time.sleep(3.0)
+    time.sleep(6.0)
     second = writes_by(cluster, OPERATOR_USER, namespace)
     return second if len(second) == len(first) and second else []
 

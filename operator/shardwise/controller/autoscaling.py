@@ -2,10 +2,13 @@
 
 Every `autoscaling.evaluationPeriodSeconds` per deployment with `spec.autoscaling`: the freshest
 metrics summary (from the observer, in memory), the replica counts reconcile wrote, and how many
-replicas the GPUs that exist can hold go into `decide`; the decision lands in
-`status.desiredReplicas` and `status.autoscaling` (with the History that stabilization needs,
-kept on the status so it survives restarts), one Event says why, and reconcile is triggered to
-carry the count to the workload. The spec is never written: GitOps tools see no drift.
+replicas the GPUs that exist can hold go into `decide`; a decision that changes something lands in
+`status.desiredReplicas` and `status.autoscaling`, one Event says why, and reconcile is triggered
+to carry the count to the workload. The spec is never written: GitOps tools see no drift.
+
+The History that stabilization windows read stays in memory: written to the status it would
+change every period, and a steady object must not churn. After an operator restart the history is
+empty, which `decide` treats conservatively (no scale-down until a whole window has been seen).
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ from shardwise.render.labels import INSTANCE_LABEL
 log = logging.getLogger(__name__)
 
 CONFLICT = "AutoscalingConflict"
-# Stabilization only reads the last window of records; this bounds the list even when a window is
-# long and the period short, so the status stays small.
+# Stabilization only reads the last window of records; this bounds the memory even when a window
+# is long and the period short.
 MAX_HISTORY = 64
 
 
@@ -106,12 +109,14 @@ class Outcome:
     changed: bool
 
 
-def apply_decision(status: Mapping[str, Any], decision: Decision, history: History, *,
-                   capacity: int | None, now: float, stamp: str) -> Outcome:
-    """The status update and events for a decision taken at `now` (epoch seconds)."""
+def apply_decision(status: Mapping[str, Any], decision: Decision, *, capacity: int | None,
+                   stamp: str) -> Outcome:
+    """The status update and events for a decision; no update when nothing material changed.
+
+    Holds repeat every period with fresh numbers in their reason; writing each would make the
+    object churn, so the status moves only when the replica count or the capacity bound does.
+    """
     previous = status.get("autoscaling") or {}
-    recorded = history.record(decision, now)
-    records = History(recorded.records[-MAX_HISTORY:])
     changed = decision.direction is not autoscale.Direction.HOLD
     found: list[tuple[str, str, str]] = []
     if changed:
@@ -120,15 +125,15 @@ def apply_decision(status: Mapping[str, Any], decision: Decision, history: Histo
     if decision.capacity_limited and not previous.get("capacityLimited"):
         found.append(("Warning", "InsufficientGPUCapacity",
                       f"{decision.event_message()}: only {capacity} replicas fit on the GPUs that exist"))
+    material = {"desiredReplicas": decision.desired_replicas, "capacityLimited": decision.capacity_limited,
+                "capacityReplicas": capacity}
+    if previous and status.get("desiredReplicas") == decision.desired_replicas and all(
+            previous.get(k) == v for k, v in material.items() if v is not None):
+        return Outcome({}, tuple(found), changed)
     summary: dict[str, Any] = {
-        "desiredReplicas": decision.desired_replicas,
-        "recommendation": decision.recommendation,
+        **material,
         "reason": decision.reason,
-        "lastDecisionTime": stamp,
         "lastScaleTime": stamp if changed else previous.get("lastScaleTime"),
-        "capacityLimited": decision.capacity_limited,
-        "capacityReplicas": capacity,
-        "history": records.to_list(),
     }
     update = {"desiredReplicas": decision.desired_replicas,
               "autoscaling": {k: v for k, v in summary.items() if v is not None}}
@@ -158,6 +163,7 @@ class Autoscaler:
         self._reconcile = reconcile
         self._clock = clock
         self._due: dict[tuple[str, str], float] = {}
+        self._history: dict[tuple[str, str], History] = {}
 
     async def run_forever(self) -> None:
         while True:
@@ -190,6 +196,7 @@ class Autoscaler:
                 log.exception("autoscaling %s/%s failed", *key)
         for key in [k for k in self._due if k not in seen]:
             del self._due[key]
+            self._history.pop(key, None)
 
     def evaluate(self, namespace: str, name: str) -> bool:
         """One decision for one deployment; True when desired replicas changed."""
@@ -230,17 +237,19 @@ class Autoscaler:
                 status: Mapping[str, Any], stamp: str) -> Outcome:
         assert spec.autoscaling is not None
         policy = autoscale.policy_from_spec(spec.autoscaling.model_dump(mode="json"))
-        others = [p for p in self.kube.list_active_pods()
+        others = [p for p in self.kube.list_gpu_pods()
                   if not (p["metadata"].get("namespace") == namespace
                           and (p["metadata"].get("labels") or {}).get(INSTANCE_LABEL) == name)]
         inv = planner.inventory_from_nodes(self.kube.list_nodes(), others)
         capacity = capacity_replicas(status.get("plan") or {}, inv, spec.placement.nodeSelector)
         obs = observation(self._latest(namespace, name), current=progress.desired_replicas(spec, dict(status)),
                           ready=int(status.get("readyReplicas") or 0), capacity=capacity)
-        history = History.from_list((status.get("autoscaling") or {}).get("history") or [])
+        key = (namespace, name)
         now = self._clock()
-        decision = autoscale.decide(policy, obs, history, now)
+        decision = autoscale.decide(policy, obs, self._history.get(key, History()), now)
+        recorded = self._history.get(key, History()).record(decision, now)
+        self._history[key] = History(recorded.records[-MAX_HISTORY:])
         if decision.direction is not autoscale.Direction.HOLD:
             log.info("%s/%s: %s", namespace, name, decision.event_message())
-        return apply_decision(status, decision, history, capacity=capacity, now=now, stamp=stamp)
+        return apply_decision(status, decision, capacity=capacity, stamp=stamp)
 

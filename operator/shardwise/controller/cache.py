@@ -40,7 +40,8 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any] | None:
         return None
     # The planner counts a pod's GPUs (containers and init containers) from these resources.
     return {
-        "metadata": {"name": pod["metadata"].get("name"), "namespace": pod["metadata"].get("namespace")},
+        "metadata": {"name": pod["metadata"].get("name"), "namespace": pod["metadata"].get("namespace"),
+                     "labels": dict(pod["metadata"].get("labels") or {})},
         "spec": {"nodeName": spec.get("nodeName"),
                  **{k: [{"resources": c.get("resources") or {}} for c in spec.get(k) or []] for k in kinds}},
         "status": {"phase": phase},

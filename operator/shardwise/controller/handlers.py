@@ -21,6 +21,7 @@ import kopf
 from shardwise.api import v1alpha1 as api
 from shardwise.controller import autoscaling, observing
 from shardwise.controller import reconcile as reconciling
+from shardwise.controller.cache import ClusterCache
 from shardwise.controller.kube import ApiException, Kube
 from shardwise.controller.settings import Settings
 from shardwise.observe import operator_metrics
@@ -37,11 +38,13 @@ class Operator:
         self._kube = kube
         self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
+        self.cache = ClusterCache()
 
     @property
     def kube(self) -> Kube:
         if self._kube is None:
             self._kube = Kube()
+            self._kube.cache = self.cache
         return self._kube
 
     @contextlib.contextmanager
@@ -98,9 +101,19 @@ def register(registry: kopf.OperatorRegistry, operator: Operator) -> None:
 
     @kopf.on.event("apps", "v1", "deployments", labels={INSTANCE_LABEL: kopf.PRESENT}, registry=registry)
     @kopf.on.event("", "v1", "services", labels={INSTANCE_LABEL: kopf.PRESENT}, registry=registry)
+    @kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels={INSTANCE_LABEL: kopf.PRESENT},
+                   registry=registry)
     def on_child(namespace: str, labels: dict[str, str], **_: Any) -> None:
         # A child changed (rollout progress, hand edit, deletion): converge its owner now.
         operator.reconcile(namespace, labels[INSTANCE_LABEL])
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    def on_node(event: dict[str, Any], **_: Any) -> None:
+        operator.cache.on_node(event.get("type"), event["object"])
+
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    def on_pod(event: dict[str, Any], **_: Any) -> None:
+        operator.cache.on_pod(event.get("type"), event["object"])
 
     @kopf.on.startup(registry=registry)
     async def start_resync(memo: kopf.Memo, **_: Any) -> None:

@@ -8,16 +8,18 @@ auth and TLS handling while giving us JSON. Every call that writes is named for 
 from __future__ import annotations
 
 import json
-import threading
+import logging
 from typing import Any
 from urllib.parse import quote
 
 from kubernetes import client, config
 
 from shardwise.api import v1alpha1 as api
+from shardwise.controller.cache import ClusterCache
 from shardwise.render.labels import FIELD_MANAGER
 
 ApiException = client.ApiException
+log = logging.getLogger(__name__)
 
 _PATHS = {
     ("v1", "Service"): "/api/v1/namespaces/{ns}/services",
@@ -45,7 +47,8 @@ class Kube:
                 config.load_kube_config()
             api_client = client.ApiClient()
         self._api = api_client
-        self._lock = threading.Lock()
+        # Fed by watch events (handlers.py); reads fall back to listing until it is warm.
+        self.cache: ClusterCache | None = None
 
     def request(self, method: str, path: str, *, query: dict[str, Any] | None = None, body: Any = None,
                 content_type: str = "application/json") -> Any:
@@ -73,14 +76,29 @@ class Kube:
         return list(self.request("GET", path, query=query or None).get("items", []))
 
     def list_nodes(self) -> list[dict[str, Any]]:
-        return self.list("/api/v1/nodes")
+        cached = self.cache.nodes() if self.cache else None
+        return cached if cached is not None else self.list("/api/v1/nodes")
 
-    def list_active_pods(self) -> list[dict[str, Any]]:
-        """Pods that hold resources (not Succeeded/Failed), cluster-wide: free GPUs per node."""
+    def list_gpu_pods(self) -> list[dict[str, Any]]:
+        """Pods that may hold GPUs (not Succeeded/Failed), cluster-wide: free GPUs per node."""
+        cached = self.cache.gpu_pods() if self.cache else None
+        if cached is not None:
+            return cached
         return self.list("/api/v1/pods", fieldSelector="status.phase!=Succeeded,status.phase!=Failed")
 
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return self.list(collection_path("v1", "Pod", namespace), labelSelector=selector)
+
+    def pricing_table(self, namespace: str, configmap: str) -> dict[str, float]:
+        """The cluster pricing table: a ConfigMap keyed by GFD product string, $ per GPU-hour."""
+        cm = self.get("v1", "ConfigMap", namespace, configmap)
+        prices: dict[str, float] = {}
+        for product, value in ((cm or {}).get("data") or {}).items():
+            try:
+                prices[product] = float(value)
+            except ValueError:
+                log.warning("pricing ConfigMap %s: %s=%r is not a number; ignored", configmap, product, value)
+        return prices
 
     def list_inference_deployments(self) -> list[dict[str, Any]]:
         return self.list(f"/apis/{api.GROUP}/{api.VERSION}/{api.PLURAL}")
@@ -92,6 +110,18 @@ class Kube:
         path = f"{collection_path(obj['apiVersion'], obj['kind'], meta['namespace'])}/{quote(meta['name'])}"
         return self.request("PATCH", path, query={"fieldManager": FIELD_MANAGER, "force": "true"},
                             body=obj, content_type="application/apply-patch+yaml")
+
+    def delete_owned(self, obj: dict[str, Any]) -> None:
+        """Delete exactly this object (uid precondition): never a namesake created since we looked."""
+        meta = obj["metadata"]
+        path = f"{collection_path(obj['apiVersion'], obj['kind'], meta['namespace'])}/{quote(meta['name'])}"
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background",
+                "preconditions": {"uid": meta["uid"]}}
+        try:
+            self.request("DELETE", path, body=body)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
 
     def patch_status(self, namespace: str, name: str, status_patch: dict[str, Any]) -> dict[str, Any]:
         path = f"{collection_path(f'{api.GROUP}/{api.VERSION}', api.KIND, namespace)}/{quote(name)}/status"

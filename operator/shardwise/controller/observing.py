@@ -29,7 +29,6 @@ from shardwise import conditions, pricing
 from shardwise.api import v1alpha1 as api
 from shardwise.conditions import Condition
 from shardwise.controller import events
-from shardwise.controller import reconcile as reconciling
 from shardwise.controller.compare import merge_patch
 from shardwise.controller.kube import Kube
 from shardwise.controller.reconcile import now_rfc3339
@@ -183,7 +182,8 @@ class Observer:
         prices: dict[str, float] | None = None
         if any(not ((i.get("spec") or {}).get("pricing") or {}).get("gpuHourUSD") for i in items):
             # The planner's price table, read the same way (reconcile.py owns it).
-            prices = await asyncio.to_thread(reconciling._cluster_prices, self.kube, self.settings)
+            prices = await asyncio.to_thread(self.kube.pricing_table, self.settings.namespace,
+                                           self.settings.pricing_configmap)
         results = await asyncio.gather(*(self._observe(i, session, prices or {}) for i in items),
                                        return_exceptions=True)
         for item, result in zip(items, results, strict=True):

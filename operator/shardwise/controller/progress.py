@@ -11,7 +11,7 @@ from typing import Any
 from shardwise import conditions
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 from shardwise.conditions import Condition
-from shardwise.render import children, labels
+from shardwise.render import children, labels, leaderworkerset
 
 
 def desired_replicas(spec: InferenceDeploymentSpec, status: dict[str, Any]) -> int:
@@ -68,15 +68,33 @@ def _workload_counts(workload: dict[str, Any] | None) -> tuple[int, int, int, bo
     if workload is None:
         return 0, 0, 0, False
     st = workload.get("status") or {}
-    observed = st.get("observedGeneration", 0) >= workload["metadata"].get("generation", 0)
+    if workload.get("kind") == "LeaderWorkerSet":
+        # LWS v0.7 publishes no observedGeneration; its conditions say whether a rollout is pending.
+        busy = {"Progressing", "UpdateInProgress"}
+        observed = not any(c.get("type") in busy and c.get("status") == "True" for c in st.get("conditions") or [])
+    else:
+        observed = st.get("observedGeneration", 0) >= workload["metadata"].get("generation", 0)
     return int(st.get("replicas", 0)), int(st.get("readyReplicas", 0)), int(st.get("updatedReplicas", 0)), observed
+
+
+def workload_ready(workload: dict[str, Any], desired: int) -> bool:
+    replicas, ready, updated, observed = _workload_counts(workload)
+    return observed and replicas == desired and updated >= desired and ready >= desired
+
+
+def _selector(name: str, plan: dict[str, Any]) -> str:
+    """Pods that serve: for multi-node groups only the leaders (workers have no HTTP server)."""
+    selector = labels.selector_labels(name)
+    if int(plan.get("nodesPerReplica") or 1) > 1:
+        selector = leaderworkerset.leader_selector(name)
+    return ",".join(f"{k}={v}" for k, v in selector.items())
 
 
 def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: dict[str, Any] | None,
                  pods: list[dict[str, Any]], status: dict[str, Any], *, owner: children.Owner,
                  generation: int | None, now: str) -> dict[str, Any]:
     desired = desired_replicas(spec, status)
-    replicas, ready, updated, observed = _workload_counts(workload)
+    replicas, ready, _, _ = _workload_counts(workload)
     updates: list[Condition] = []
 
     if plan.get("feasible"):
@@ -86,7 +104,6 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
         updates.append(Condition("Planned", False, reason_code, plan.get("reason", "")))
 
     unschedulable = _unschedulable_message(pods)
-    rolled_out = observed and updated >= desired and replicas == desired
     if not plan.get("feasible"):
         phase = "Pending"
         updates += [Condition("Ready", False, "NotPlanned", plan.get("reason", "")),
@@ -99,7 +116,7 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
                     Condition("Degraded", False, "AsExpected", "")]
     else:
         counts = f"{ready}/{desired} replicas ready"
-        is_ready = rolled_out and ready >= desired
+        is_ready = workload is not None and workload_ready(workload, desired)
         updates.append(Condition("Ready", is_ready, "Ready" if is_ready else "ReplicasNotReady", counts))
         updates.append(Condition("Progressing", not is_ready, "RollingOut" if not is_ready else "RolloutComplete",
                                  counts if not is_ready else f"{desired} replicas up to date"))
@@ -117,7 +134,7 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
         "replicas": replicas,
         "readyReplicas": ready,
         "desiredReplicas": desired,
-        "selector": labels.selector_string(owner.name),
+        "selector": _selector(owner.name, plan),
         "endpoint": children.endpoint(owner),
         "plan": plan,
     }

@@ -74,6 +74,8 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
                 applied.append(f"{obj['kind']}/{obj['metadata']['name']}")
             if obj["kind"] in ("Deployment", "LeaderWorkerSet"):
                 workload = live
+    if workload is not None and progress.workload_ready(workload, progress.desired_replicas(spec, status)):
+        applied += _remove_replaced_workload(kube, owner, workload)
     if applied:
         log.info("%s/%s: applied %s", namespace, name, ", ".join(applied))
 
@@ -87,16 +89,24 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
     return Outcome(tuple(applied), written)
 
 
-def _cluster_prices(kube: Kube, settings: Settings) -> dict[str, float]:
-    """The cluster pricing table: a ConfigMap keyed by GFD product string, $ per GPU-hour."""
-    cm = kube.get("v1", "ConfigMap", settings.namespace, settings.pricing_configmap)
-    prices: dict[str, float] = {}
-    for product, value in ((cm or {}).get("data") or {}).items():
+def _remove_replaced_workload(kube: Kube, owner: children.Owner, workload: dict[str, Any]) -> list[str]:
+    """After a re-plan moved the replicas between a Deployment and a LeaderWorkerSet, delete the
+    old workload, but only once the new one serves, and only if this resource owns it."""
+    removed = []
+    for api_version, kind, name in children.workload_candidates(owner.name):
+        if kind == workload["kind"]:
+            continue
         try:
-            prices[product] = float(value)
-        except ValueError:
-            log.warning("pricing ConfigMap %s: %s=%r is not a number; ignored", settings.pricing_configmap, product, value)
-    return prices
+            old = kube.get(api_version, kind, owner.namespace, name)
+        except ApiException as exc:
+            if exc.status == 404:  # the kind itself is not installed (no LeaderWorkerSet CRD)
+                continue
+            raise
+        refs = (old or {}).get("metadata", {}).get("ownerReferences") or []
+        if old and any(r.get("uid") == owner.uid and r.get("controller") for r in refs):
+            kube.delete_owned(old)
+            removed.append(f"deleted {kind}/{name}")
+    return removed
 
 
 def _plan(kube: Kube, settings: Settings, infd: dict[str, Any], spec: api.InferenceDeploymentSpec) -> dict[str, Any]:
@@ -106,8 +116,8 @@ def _plan(kube: Kube, settings: Settings, infd: dict[str, Any], spec: api.Infere
     nodes = kube.list_nodes()
     if not planning.needs_new_plan(current, fingerprint, token, nodes):
         return current
-    prices = _cluster_prices(kube, settings)
-    return planning.make_plan(infd.get("spec") or {}, nodes, kube.list_active_pods(), prices,
+    prices = kube.pricing_table(settings.namespace, settings.pricing_configmap)
+    return planning.make_plan(infd.get("spec") or {}, nodes, kube.list_gpu_pods(), prices,
                               fingerprint=fingerprint, token=token)
 
 

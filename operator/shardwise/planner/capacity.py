@@ -7,12 +7,20 @@ layout (plan stability); this module only reports the gap between the plan and t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from shardwise.planner import inventory
 
+_NAME = attrgetter("name")
+_FREE = attrgetter("free_gpus")
+
 
 def _most_free(nodes: Sequence[inventory.NodeState]) -> list[inventory.NodeState]:
-    return sorted(nodes, key=lambda n: (-n.free_gpus, n.name))
+    """Most free GPUs first, then by name: two stable C-keyed sorts instead of one tuple key per
+    node (a pool's nodes come sorted by name, which the first sort then only confirms)."""
+    ranked = sorted(nodes, key=_NAME)
+    ranked.sort(key=_FREE, reverse=True)  # reverse keeps equal keys in order, as -free would
+    return ranked
 
 
 def _names(nodes: Sequence[inventory.NodeState], limit: int = 3) -> str:
@@ -32,11 +40,14 @@ def check(
 ) -> tuple[bool, str]:
     """(schedulable now, message) for a replica of `nodes_needed` pods of `gpus_per_node` GPUs."""
     if one_clique:
-        cliques = sorted({n.clique for n in nodes if n.clique})
+        by_clique: dict[str, list[inventory.NodeState]] = {}
+        for n in nodes:
+            if n.clique:
+                by_clique.setdefault(n.clique, []).append(n)
         best: tuple[bool, str] | None = None
         best_count = -1
-        for clique in cliques:
-            members = [n for n in nodes if n.clique == clique]
+        for clique in sorted(by_clique):
+            members = by_clique[clique]
             count = sum(1 for n in members if n.free_gpus >= gpus_per_node)
             if count > best_count:
                 best_count = count

@@ -7,8 +7,9 @@ NoSchedule and NoExecute taints keep a pod off a node (PreferNoSchedule is a pre
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from shardwise import pricing
 
@@ -60,3 +61,22 @@ def product_allowed(product: str, wanted: Iterable[str]) -> bool:
 
 def selector_matches(labels: Mapping[str, str], selector: Iterable[tuple[str, str]]) -> bool:
     return all(labels.get(key) == value for key, value in selector)
+
+
+class _Labelled(Protocol):
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+
+_N = TypeVar("_N", bound=_Labelled)
+
+
+def matching_nodes(nodes: tuple[_N, ...], selector: Sequence[tuple[str, str]]) -> tuple[_N, ...]:
+    """The nodes whose labels match the selector, in order: `selector_matches` on each node, with
+    no per-node work when there is no selector (pools can hold thousands of nodes)."""
+    if not selector:
+        return nodes
+    if len(selector) == 1:
+        ((key, value),) = selector
+        return tuple(n for n in nodes if n.labels.get(key) == value)
+    return tuple(n for n in nodes if selector_matches(n.labels, selector))

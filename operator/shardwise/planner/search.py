@@ -110,9 +110,7 @@ def _eligible(
         if pool.shape.gpu.memory_mib <= 0:
             excluded["unknown GPU product without nvidia.com/gpu.memory"] += count
             continue
-        nodes = tuple(
-            n for n in pool.nodes if placement.selector_matches(n.labels, request.node_selector)
-        )
+        nodes = placement.matching_nodes(pool.nodes, request.node_selector)
         excluded["nodeSelector"] += count - len(nodes)
         if nodes:
             result.append(Eligible(pool=pool, nodes=nodes))

@@ -159,5 +159,11 @@ def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any], re
     ]
 
 
+def workload_candidates(name: str) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, name) of every workload a resource may own, whichever the plan chose."""
+    return [("apps/v1", "Deployment", name),
+            ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", leaderworkerset.workload_name(name))]
+
+
 def endpoint(owner: Owner) -> str:
     return f"http://{owner.name}.{owner.namespace}.svc:{VLLM_PORT}/v1"

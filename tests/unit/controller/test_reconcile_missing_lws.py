@@ -60,8 +60,11 @@ class FakeKube:
     def list_nodes(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self.nodes)
 
-    def list_active_pods(self) -> list[dict[str, Any]]:
+    def list_gpu_pods(self) -> list[dict[str, Any]]:
         return []
+
+    def pricing_table(self, namespace: str, configmap: str) -> dict[str, float]:
+        return {}
 
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return []

@@ -90,3 +90,15 @@ def test_kstatus_reads_reconciling_while_rolling_and_stalled_when_a_person_must_
     assert done["Reconciling"][0] == "False" and done["Stalled"][0] == "False"
     stuck = conds(build(plan={"feasible": False, "reasonCode": "InsufficientGPUMemory", "reason": "x"}))
     assert stuck["Stalled"] == ("True", "InsufficientGPUMemory")
+
+
+def test_leaderworkerset_rollout_state_comes_from_its_conditions() -> None:
+    multi = {**PLAN, "nodesPerReplica": 2, "gpusPerNode": 8}
+    lws = {"kind": "LeaderWorkerSet", "metadata": {"generation": 4},
+           "status": {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1,
+                      "conditions": [{"type": "Available", "status": "True"}]}}
+    status = build(plan=multi, workload=lws)
+    assert status["phase"] == "Ready"
+    assert status["selector"].endswith("leaderworkerset.sigs.k8s.io/worker-index=0")
+    rolling = {**lws, "status": {**lws["status"], "conditions": [{"type": "UpdateInProgress", "status": "True"}]}}
+    assert build(plan=multi, workload=rolling)["phase"] == "Progressing"
