@@ -3,8 +3,9 @@ fast on big clusters. Targets: under 20 ms for 1,000 nodes and under 200 ms for 
 
 Identical nodes are grouped into pools when the inventory is built, so the search is per pool and
 only placement filtering and capacity checks touch every node. Prints the median of several runs of
-`plan()` (the planning time the targets are about) and, separately, of `inventory_from_nodes()`
-(parsing Node/Pod dicts, paid once per reconcile and shared by all deployments).
+`inventory_from_nodes()` (parsing Node/Pod dicts, paid once per reconcile and shared by all
+deployments), of `plan()` per spec, and of both together (planning from the Node and Pod dicts,
+what the targets are about), each total judged against the target.
 Run: `.venv/bin/python bench/bench_planner.py` (part of `make bench`).
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 from shardwise import planner
 
 TOLERATE_KWOK = [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]
-SPECS = {
+SPECS: dict[str, dict[str, Any]] = {
     "70B Latency": {"model": {"name": "meta-llama/Llama-3.1-70B-Instruct"}},
     "405B multi-node": {"model": {"name": "meta-llama/Llama-3.1-405B-Instruct"}},
     "8B Cost, node selector": {
@@ -96,6 +97,16 @@ def median_ms(action: Callable[[], object], runs: int) -> float:
     return statistics.median(times)
 
 
+def _inventory_and_plan(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], request: planner.PlanRequest
+) -> object:
+    return planner.plan(request, planner.inventory_from_nodes(nodes, pods))
+
+
+def _verdict(took: float, target: float) -> str:
+    return f"ok, {took / target:.0%} of target" if took < target else f"OVER {target:.0f} ms target"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
@@ -108,8 +119,9 @@ def main() -> None:
         build = median_ms(functools.partial(planner.inventory_from_nodes, nodes, pods), args.runs)
         print(
             f"\n{size:,} nodes ({len(inventory.pools)} pools, {len(pods):,} pods): "
-            f"inventory_from_nodes {build:.1f} ms"
+            f"inventory_from_nodes {build:.1f} ms; total = inventory + plan, target {target:.0f} ms"
         )
+        worst = 0.0
         for label, spec in SPECS.items():
             spec = {
                 **spec,
@@ -118,11 +130,19 @@ def main() -> None:
             request = planner.request_from_spec(spec)
             result = planner.plan(request, inventory)
             took = median_ms(functools.partial(planner.plan, request, inventory), args.runs)
-            verdict = "ok" if took < target else f"OVER {target:.0f} ms target"
-            print(
-                f"  plan {label:<28} {took:7.2f} ms  ({verdict})  -> TP{result.tensor_parallel} "
-                f"x PP{result.pipeline_parallel} on {result.gpu_product}"
+            total = median_ms(
+                functools.partial(_inventory_and_plan, nodes, pods, request), args.runs
             )
+            worst = max(worst, total)
+            layout = f"TP{result.tensor_parallel} x PP{result.pipeline_parallel}"
+            print(
+                f"  plan {label:<28} {took:6.2f} ms  total {total:7.2f} ms  "
+                f"({_verdict(total, target)})  -> {layout} on {result.gpu_product}"
+            )
+        print(
+            f"  slowest total {worst:.1f} ms against the {target:.0f} ms target: "
+            f"{_verdict(worst, target)}"
+        )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,13 @@ from typing import Any
 from shardwise.planner import gpus, placement
 
 GPU_RESOURCE = "nvidia.com/gpu"
+_PRODUCT = "nvidia.com/gpu.product"
+_COUNT = "nvidia.com/gpu.count"
+_MEMORY = "nvidia.com/gpu.memory"
+_CLIQUE = "nvidia.com/gpu.clique"
+_INTERCONNECT = "shardwise.io/gpu-interconnect"
+_DOMAIN = "shardwise.io/nvlink-domain-size"
+_BANDWIDTH = "shardwise.io/nvlink-bandwidth-gbps"
 _INTERCONNECTS = ("nvswitch", "nvlink", "pcie")
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 # NVLink bandwidth for a node labelled as NVLink-connected whose GPU the catalog knows without it
@@ -100,12 +107,8 @@ def _request(container: Mapping[str, Any]) -> int:
     return _count(value) or 0
 
 
-def _gpu_request(pod: Mapping[str, Any]) -> int:
-    """GPUs a pod holds: the larger of its containers' sum and its largest init container."""
-    return _spec_gpu_request(pod.get("spec") or {})
-
-
 def _spec_gpu_request(spec: Mapping[str, Any]) -> int:
+    """GPUs a pod holds: the larger of its containers' sum and its largest init container."""
     main = 0
     for container in spec.get("containers") or ():
         main += _request(container)
@@ -154,10 +157,6 @@ def _topology(
     return interconnect, domain, nvlink_gbps or gpu.nvlink_gbps or _FALLBACK_NVLINK_GBPS, True
 
 
-def _taints(node: Mapping[str, Any]) -> tuple[placement.Taint, ...]:
-    return _taints_from(((node.get("spec") or {}).get("taints")) or [])
-
-
 def _taints_from(taints: Iterable[Mapping[str, Any]]) -> tuple[placement.Taint, ...]:
     return tuple(
         sorted(
@@ -172,34 +171,26 @@ def _taints_from(taints: Iterable[Mapping[str, Any]]) -> tuple[placement.Taint, 
     )
 
 
-def _blocked(node: Mapping[str, Any]) -> str | None:
-    if (node.get("spec") or {}).get("unschedulable"):
-        return "cordoned"
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready" and condition.get("status") != "True":
-            return "NotReady"
-    return None
+@dataclass
+class _Kind:
+    """What a GPU node is for planning, shared by every node with the same raw GPU labels and
+    resources: its shape, the GPUs free when nothing runs on it, and the pools' nodes of that
+    shape by taint set (`id` of the one tuple per distinct set)."""
 
-
-_PRODUCT = "nvidia.com/gpu.product"
-_COUNT = "nvidia.com/gpu.count"
-_MEMORY = "nvidia.com/gpu.memory"
-_CLIQUE = "nvidia.com/gpu.clique"
-_INTERCONNECT = "shardwise.io/gpu-interconnect"
-_DOMAIN = "shardwise.io/nvlink-domain-size"
-_BANDWIDTH = "shardwise.io/nvlink-bandwidth-gbps"
-# (shape, GPUs per node, most GPUs free when nothing runs) of a GPU node; None: not a GPU node.
-_Kind = tuple[GpuShape, int, int] | None
+    shape: GpuShape
+    most_free: int
+    by_taints: dict[int, list[NodeState]]
 
 
 def _kind(
     labels: Mapping[str, str],
     allocatable_value: Any,
     capacity_value: Any,
-    shapes: dict[GpuShape, GpuShape],
-) -> _Kind:
-    """What a node is for planning, from its labels and its GPU allocatable and capacity. Equal
-    shapes come back as one object (`shapes` remembers them), so pools can be keyed by identity."""
+    by_shape: dict[GpuShape, tuple[GpuShape, dict[int, list[NodeState]]]],
+) -> _Kind | None:
+    """What a node is for planning from its labels and GPU allocatable and capacity; None when it
+    has no GPUs. Equal shapes share one `by_taints` (`by_shape` remembers them), so nodes whose raw
+    labels differ but mean the same (`NVSwitch`, `nvswitch`) land in one pool."""
     allocatable = _count(allocatable_value)
     capacity = _count(capacity_value)
     count = _count(labels.get(_COUNT)) or capacity or allocatable
@@ -220,8 +211,9 @@ def _kind(
         shared=product.upper().endswith("-SHARED"),
         mig="-MIG-" in product.upper(),
     )
-    shape = shapes.setdefault(shape, shape)
-    return shape, count, min(count, allocatable if allocatable is not None else count)
+    shape, by_taints = by_shape.setdefault(shape, (shape, {}))
+    most_free = min(count, allocatable if allocatable is not None else count)
+    return _Kind(shape=shape, most_free=most_free, by_taints=by_taints)
 
 
 def _all_text(values: Iterable[Any]) -> bool:
@@ -230,34 +222,8 @@ def _all_text(values: Iterable[Any]) -> bool:
     return all(v is None or type(v) is str for v in values)
 
 
-def _node_states(
-    members: Iterable[tuple[str, Mapping[str, str], int, str | None, str | None]],
-) -> tuple[NodeState, ...]:
-    """`NodeState(name, labels, free_gpus, clique, blocked)` for each member, built the way the
-    frozen dataclass's own __init__ would leave them (same fields in the instance dict), without
-    its one `object.__setattr__` call per field: a third of the build time on 10,000 nodes.
-    tests/unit/planner/test_planner_inventory_build.py checks they equal constructed ones."""
-    new = object.__new__
-    set_attribute = object.__setattr__
-    states = []
-    for name, labels, free, clique, blocked in members:
-        state = new(NodeState)
-        set_attribute(
-            state,
-            "__dict__",
-            {
-                "name": name,
-                "labels": labels,
-                "free_gpus": free,
-                "clique": clique,
-                "blocked": blocked,
-            },
-        )
-        states.append(state)
-    return tuple(states)
-
-
 _NOT_SEEN: Any = object()
+_NAME = operator.attrgetter("name")
 
 
 def inventory_from_nodes(
@@ -267,16 +233,17 @@ def inventory_from_nodes(
 
     One pass over the nodes. What makes a node's pool (its GPU labels, allocatable and capacity,
     and its taints) is parsed once per distinct combination of raw values, not once per node, so a
-    10,000-node cluster of a few node types costs a few dict lookups per node.
+    10,000-node cluster of a few node types costs a few dict lookups and two objects per node.
     """
     used_get = _used_gpus(pods).get
-    kinds: dict[tuple[Any, ...], _Kind] = {}  # raw GPU label/resource values -> kind
-    shapes: dict[GpuShape, GpuShape] = {}  # equal shapes -> one object
+    kinds: dict[tuple[Any, ...], _Kind | None] = {}  # raw GPU label/resource values -> kind
+    by_shape: dict[GpuShape, tuple[GpuShape, dict[int, list[NodeState]]]] = {}
     taint_sets: dict[tuple[tuple[Any, ...], ...], tuple[placement.Taint, ...]] = {}  # raw -> parsed
     taint_canon: dict[tuple[placement.Taint, ...], tuple[placement.Taint, ...]] = {(): ()}
-    # (id(shape), id(taints)) -> the pool's shape, taints and (name, labels, free, clique, blocked)
-    # of its nodes: shapes and taint sets are one object per distinct value, so ids group them.
-    grouped: dict[tuple[int, int], tuple[GpuShape, tuple[placement.Taint, ...], list[Any]]] = {}
+    # Pools in order of their first node, as (shape, taints, nodes) before sorting.
+    found: list[tuple[GpuShape, tuple[placement.Taint, ...], list[NodeState]]] = []
+    new = object.__new__
+    set_attribute = object.__setattr__
     non_gpu = 0
     for node in nodes:
         metadata = node.get("metadata") or {}
@@ -301,13 +268,12 @@ def inventory_from_nodes(
         except TypeError:  # an unhashable value: parse this node on its own, remember nothing
             kind, hashable = _NOT_SEEN, False
         if kind is _NOT_SEEN:
-            kind = _kind(labels, allocatable_value, capacity_value, shapes)
+            kind = _kind(labels, allocatable_value, capacity_value, by_shape)
             if hashable and _all_text(key):
                 kinds[key] = kind
         if kind is None:
             non_gpu += 1
             continue
-        shape, _, most_free = kind
 
         spec = node.get("spec") or {}
         raw_taints = spec.get("taints") or []
@@ -344,18 +310,32 @@ def inventory_from_nodes(
                 if condition.get("type") == "Ready" and condition.get("status") != "True":
                     blocked = "NotReady"
                     break
-        free = 0 if blocked else max(0, most_free - used_get(name, 0))
-        group_key = (id(shape), id(taints))
-        group = grouped.get(group_key)
-        if group is None:
-            group = grouped[group_key] = (shape, taints, [])
-        group[2].append((name, labels, free, label(_CLIQUE) or None, blocked))
+        # NodeState(name, labels, free_gpus, clique, blocked), left exactly as the frozen
+        # dataclass's __init__ leaves it (its fields in the instance dict), without that __init__'s
+        # object.__setattr__ call per field: a third of the build time on 10,000 nodes.
+        # test_planner_inventory_build.py holds them to constructed ones.
+        state = new(NodeState)
+        set_attribute(
+            state,
+            "__dict__",
+            {
+                "name": name,
+                "labels": labels,
+                "free_gpus": 0 if blocked else max(0, kind.most_free - used_get(name, 0)),
+                "clique": label(_CLIQUE) or None,
+                "blocked": blocked,
+            },
+        )
+        members = kind.by_taints.get(id(taints))
+        if members is None:
+            members = kind.by_taints[id(taints)] = []
+            found.append((kind.shape, taints, members))
+        members.append(state)
 
-    by_name = operator.itemgetter(0)
     pools = []
-    for shape, taints, members in grouped.values():
-        members.sort(key=by_name)  # stable, as sorting the states by name was
-        pools.append(NodePool(shape=shape, taints=taints, nodes=_node_states(members)))
+    for shape, taints, members in found:
+        members.sort(key=_NAME)  # stable, as sorting the states by name was
+        pools.append(NodePool(shape=shape, taints=taints, nodes=tuple(members)))
     pools.sort(
         key=lambda p: (
             p.shape.product,
