@@ -69,7 +69,9 @@ class LocalCluster:
                 "--leader-elect=false", "--controllers=*", "--secure-port=0",
                 f"--service-account-private-key-file={self.work_dir / 'sa.key'}",
                 f"--root-ca-file={self.work_dir / 'pki' / 'apiserver.crt'}",
-                "--concurrent-gc-syncs=5", "--node-monitor-grace-period=60s",
+                # kwok renews node leases; the grace period is long because on a busy 2-core
+                # machine a late renewal would mark every pod NotReady and kwok never flips it back.
+                "--concurrent-gc-syncs=5", "--node-monitor-grace-period=180s",
             ])
             self._start("kube-scheduler", [
                 str(self.bins["kube-scheduler"]), f"--kubeconfig={self.kubeconfig}",
@@ -80,6 +82,7 @@ class LocalCluster:
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={topology.KWOK_ANNOTATION}=fake",
                 f"--cidr={POD_CIDR}", "--node-ip=127.0.0.1", f"--server-address=127.0.0.1:{free_port()}",
+                "--node-lease-duration-seconds=40",
             ])
         except BaseException:
             self.stop()

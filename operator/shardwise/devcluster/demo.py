@@ -27,9 +27,13 @@ def _python(*args: str) -> list[str]:
 
 
 def _load_profile(doc: dict) -> list[tuple[float, float]]:
-    """(requests/s, seconds) phases; the autoscaled example gets a surge and a lull."""
+    """(requests/s, seconds) phases; the autoscaled example gets a surge and a lull.
+
+    One simulated replica of the example saturates near 10 requests/s, so the surge needs two or
+    three replicas and the lull lets shardwise scale back down after the stabilization window.
+    """
     if doc["spec"].get("autoscaling"):
-        return [(4, 60), (40, 120), (4, 600)]
+        return [(3, 60), (20, 180), (3, 1800)]
     return [(3, 1800)]
 
 
