@@ -14,9 +14,12 @@ Algorithm, one evaluation:
      to empty before a replica added now could serve (the last startup time, from history): then
      the latency is the tail of a surge already absorbed, and the count holds.
    - Headroom: every latency ratio is below 1 - tolerance and the queue is within its limit.
-     Project utilisation u = max(worst latency ratio, KV-cache usage) and recommend
-     ceil(current x u / targetUtilization): the fewest replicas at which u stays at the target,
-     so the smaller count does not breach at once. Never below one replica on this path.
+     Recommend the fewest replicas at which every signal stays at targetUtilization of its
+     target, so the smaller count does not breach at once. Only inter-token latency above its
+     floor (the plan's idle-replica prediction) grows as load concentrates: at n replicas it is
+     floor + (observed - floor) x current / n; TTFT (which holds queueing) and KV-cache usage
+     scale as current / n. Without a floor this is ceil(current x max(ratio, KV) /
+     targetUtilization). Never below one replica on this path.
    - No traffic: recommend minReplicas (zero only with allowScaleToZero).
    - Otherwise (inside the tolerance band, or no latency samples yet): recommend current.
 3. Stabilize like the HPA's `behavior`: go up no further than the lowest recommendation of the
@@ -207,7 +210,7 @@ def _propose(
     if worst is None:
         return _Proposal(current, "traffic but no latency samples yet")
     if worst.ratio < 1 - policy.tolerance:
-        return _propose_down(policy, obs, worst, periods(HEADROOM))
+        return _propose_down(policy, obs, latency, periods(HEADROOM))
     return _Proposal(current, f"{worst.compare('within')} ±{policy.tolerance:.0%}")
 
 
@@ -224,24 +227,28 @@ def _drain_s(
 def _propose_down(
     policy: policy_mod.Policy,
     obs: observation_mod.Observation,
-    worst: signals.Signal,
+    latency: list[signals.Signal],
     periods: str,
 ) -> _Proposal:
-    """Fewest replicas at which projected utilisation stays at the target."""
+    """Fewest replicas at which every signal stays at the target utilisation."""
     current = obs.current_replicas
     kv = obs.kv_cache_usage or 0.0
-    utilisation = max(worst.ratio, kv)
-    projected = min(current, max(1, math.ceil(current * utilisation / policy.target_utilization)))
+    target = policy.target_utilization
+    needed = max([s.replicas_for(current, target) for s in latency] + [current * kv / target])
+    projected = min(current, max(1, math.ceil(needed - 1e-9)))
+    worst = max(latency, key=lambda s: s.ratio)
     measured = worst.share() + (f", KV cache {kv:.0%}" if obs.kv_cache_usage is not None else "")
+
+    def utilisation_at(n: int) -> float:
+        return max([s.ratio_at(current, n) for s in latency] + [kv * current / n])
+
     if projected >= current:
-        at_fewer = current * utilisation / (current - 1) if current > 1 else math.inf
-        what = (f"{at_fewer:.0%} at {current - 1} replicas" if current > 1
+        what = (f"{utilisation_at(current - 1):.0%} at {current - 1} replicas" if current > 1
                 else "no fewer replicas on latency alone")
         return _Proposal(current, f"below SLO ({measured}) but projected utilisation {what} "
-                                  f"exceeds target {policy.target_utilization:.0%}")
-    at_projected = current * utilisation / projected
+                                  f"exceeds target {target:.0%}")
     return _Proposal(projected, f"headroom {periods} ({measured}): projected utilisation "
-                                f"{at_projected:.0%} at {projected} replicas", HEADROOM)
+                                f"{utilisation_at(projected):.0%} at {projected} replicas", HEADROOM)
 
 
 def _stabilize(

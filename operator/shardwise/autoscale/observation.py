@@ -17,7 +17,8 @@ class Observation:
     Counts (`waiting`, `running`, `requests_per_second`) are totals over all replicas.
     `kv_cache_usage` is vLLM's `kv_cache_usage_perc` averaged over replicas: a fraction, 0 to 1.
     `capacity_replicas` is the most replicas the GPUs that exist can hold, counting the running
-    ones; None when unknown, which leaves scaling unbounded by capacity.
+    ones; None when unknown, which leaves scaling unbounded by capacity. The floors are what a
+    scale-down cannot change: only latency above them shrinks as load spreads over more replicas.
     """
 
     current_replicas: int
@@ -31,6 +32,11 @@ class Observation:
     kv_cache_usage: float | None = None
     requests_per_second: float = 0.0
     capacity_replicas: int | None = None
+    # Inter-token latency of an idle replica (the plan's prediction): the part that more replicas
+    # cannot remove. Decode time grows about linearly with the batch above it, so projecting only
+    # the excess is sound. TTFT has no floor here on purpose: it holds queueing, which grows
+    # faster than linearly near saturation, so it keeps the conservative all-load projection.
+    itl_floor_ms: float | None = None
 
     @property
     def has_traffic(self) -> bool:

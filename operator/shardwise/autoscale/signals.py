@@ -23,6 +23,22 @@ class Signal:
     label: str
     observed: float
     target: float
+    floor: float = 0.0  # the part of `observed` that does not depend on load
+
+    def ratio_at(self, current: int, replicas: int) -> float:
+        """The ratio this signal is projected to have at `replicas` (see replicas_for)."""
+        return (self.floor + (self.observed - self.floor) * current / replicas) / self.target
+
+    def replicas_for(self, current: int, utilisation: float) -> float:
+        """Replicas at which this signal sits at `utilisation` of its target, if load spreads evenly.
+
+        Only latency above the floor scales with load per replica: at n replicas it is
+        floor + (observed - floor) x current / n. Infinite when even an idle replica exceeds it.
+        """
+        room = utilisation * self.target - self.floor
+        if room <= 0:
+            return float(current) if self.observed <= self.floor else float("inf")
+        return current * max(self.observed - self.floor, 0.0) / room
 
     @property
     def ratio(self) -> float:
@@ -53,12 +69,12 @@ def format_ms(ms: float) -> str:
 def latency_signals(slo: policy_mod.SloTargets, obs: observation_mod.Observation) -> list[Signal]:
     """One signal per SLO the user set and the window measured."""
     pairs = (
-        ("ttft", "TTFT p95", obs.ttft_p95_ms, slo.ttft_p95_ms),
-        ("itl", "ITL p95", obs.itl_p95_ms, slo.itl_p95_ms),
-        ("e2e", "E2E p95", obs.e2e_p95_ms, slo.e2e_p95_ms),
+        ("ttft", "TTFT p95", obs.ttft_p95_ms, slo.ttft_p95_ms, None),
+        ("itl", "ITL p95", obs.itl_p95_ms, slo.itl_p95_ms, obs.itl_floor_ms),
+        ("e2e", "E2E p95", obs.e2e_p95_ms, slo.e2e_p95_ms, None),
     )
-    return [Signal(key, label, observed, target)
-            for key, label, observed, target in pairs
+    return [Signal(key, label, observed, target, min(floor or 0.0, observed))
+            for key, label, observed, target, floor in pairs
             if observed is not None and target is not None]
 
 

@@ -219,6 +219,8 @@ def _observe(
         kv_cache_usage=min(1.0, rps / capacity) if capacity > 0 else None,
         requests_per_second=rps,
         capacity_replicas=plant.capacity_replicas,
+        # The operator passes the plan's idle-replica ITL prediction; the plant's base ITL is that.
+        itl_floor_ms=plant.base_itl_ms,
     )
 
 

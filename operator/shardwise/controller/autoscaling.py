@@ -82,10 +82,16 @@ def hpa_conflicts(hpas: list[dict[str, Any]], name: str) -> list[str]:
 
 
 def observation(summary: Summary | None, *, current: int, ready: int,
-                capacity: int | None) -> Observation:
-    """What `decide` sees; no summary (no scrape yet) means no latency and no load known."""
+                capacity: int | None, predicted: Mapping[str, Any] | None = None) -> Observation:
+    """What `decide` sees; no summary (no scrape yet) means no latency and no load known.
+
+    The plan's predicted inter-token latency is an idle replica's: the floor that adding
+    replicas cannot lower, so scale-down projections count only what lies above it.
+    """
     s = summary
+    floors = predicted or {}
     return Observation(
+        itl_floor_ms=floors.get("itlMs"),
         current_replicas=current,
         replicas_ready=min(ready, current),
         replicas_starting=max(0, current - ready),
@@ -243,7 +249,8 @@ class Autoscaler:
         inv = planner.inventory_from_nodes(self.kube.list_nodes(), others)
         capacity = capacity_replicas(status.get("plan") or {}, inv, spec.placement.nodeSelector)
         obs = observation(self._latest(namespace, name), current=progress.desired_replicas(spec, dict(status)),
-                          ready=int(status.get("readyReplicas") or 0), capacity=capacity)
+                          ready=int(status.get("readyReplicas") or 0), capacity=capacity,
+                          predicted=(status.get("plan") or {}).get("predicted"))
         key = (namespace, name)
         now = self._clock()
         decision = autoscale.decide(policy, obs, self._history.get(key, History()), now)
@@ -251,5 +258,7 @@ class Autoscaler:
         self._history[key] = History(recorded.records[-MAX_HISTORY:])
         if decision.direction is not autoscale.Direction.HOLD:
             log.info("%s/%s: %s", namespace, name, decision.event_message())
+        else:
+            log.debug("%s/%s: hold at %d: %s", namespace, name, decision.desired_replicas, decision.reason)
         return apply_decision(status, decision, capacity=capacity, stamp=stamp)
 

@@ -201,3 +201,22 @@ def test_worked_example_of_the_docs() -> None:
     assert {d.desired_replicas for d in held} == {3}
     assert "scale-down window 300 s keeps 3" in held[-1].reason
     assert step(450.0, quiet).direction is Direction.DOWN
+
+
+def test_latency_floors_let_a_quiet_deployment_scale_down() -> None:
+    """ITL sits near the model's own per-token time even when idle: without the floor, 49% of the
+    SLO reads as 49% utilisation and three replicas look needed; with it, one is enough."""
+    from shardwise.autoscale import History, Observation, decide, policy_from_spec
+
+    policy = policy_from_spec({"minReplicas": 1, "maxReplicas": 4, "slo": {"itlP95": "50ms"},
+                               "scaleDownStabilizationSeconds": 0, "evaluationPeriodSeconds": 15})
+    quiet = dict(current_replicas=3, replicas_ready=3, itl_p95_ms=24.5, running=2,
+                 requests_per_second=3, kv_cache_usage=0.01)
+    history = History()
+    for t in (0.0, 15.0):
+        history = history.record(decide(policy, Observation(**quiet), history, t), t)
+    without = decide(policy, Observation(**quiet), history, 30.0)
+    with_floor = decide(policy, Observation(**quiet, itl_floor_ms=20.0), history, 30.0)
+    assert without.desired_replicas == 3 and "exceeds target" in without.reason
+    assert with_floor.desired_replicas == 2  # one step down at a time (maxScaleDownStep 1)
+    assert with_floor.recommendation == 1
