@@ -281,11 +281,3 @@ class InferenceDeploymentStatus(_Model):
     latency: dict[str, Any] | None = Field(None, description="Observed latency and throughput over the window.")
     cost: dict[str, Any] | None = Field(None, description="Cost at the observed throughput.")
     autoscaling: dict[str, Any] | None = Field(None, description="The last scaling decision and its reason.")
-
-
-class InferenceDeployment(_Model):
-    apiVersion: str = f"{GROUP}/{VERSION}"
-    kind: str = KIND
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    spec: InferenceDeploymentSpec
-    status: InferenceDeploymentStatus | None = None

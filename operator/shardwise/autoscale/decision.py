@@ -196,7 +196,7 @@ def _propose(
     horizon_s = max(startup_s, _DRAIN_PERIODS * policy.evaluation_period_s)
     if driver is not None and draining is not None and draining <= horizon_s:
         # The latency percentiles still hold requests that queued in the surge.
-        queue = (f"the queue just emptied" if obs.waiting == 0 else
+        queue = ("the queue just emptied" if obs.waiting == 0 else
                  f"the queue of {obs.waiting:.0f} is draining and clears in about {draining:.0f} s")
         return _Proposal(current, f"{driver.compare('>')} but {queue}", driver.key)
     if driver is not None:

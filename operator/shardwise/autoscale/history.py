@@ -10,8 +10,7 @@ on the resource's status and read back.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 
 class Recordable(Protocol):
@@ -117,27 +116,3 @@ class History:
             count, later = count + 1, r.at
         return count
 
-    def to_list(self) -> list[dict[str, Any]]:
-        """JSON-ready form, for storing on the resource's status."""
-        return [
-            {"at": r.at, "recommendation": r.recommendation,
-             "desiredReplicas": r.desired_replicas, "pressure": r.pressure,
-             "starting": r.starting, "waiting": r.waiting}
-            for r in self.records
-        ]
-
-    @classmethod
-    def from_list(cls, items: Iterable[Mapping[str, Any]]) -> History:
-        """Inverse of `to_list`; records are re-sorted because a hand edit may reorder them."""
-        records = (
-            Record(
-                at=float(item["at"]),
-                recommendation=int(item["recommendation"]),
-                desired_replicas=int(item["desiredReplicas"]),
-                pressure=item.get("pressure"),
-                starting=bool(item.get("starting", False)),
-                waiting=float(item.get("waiting", 0.0)),
-            )
-            for item in items
-        )
-        return cls(tuple(sorted(records, key=lambda r: r.at)))

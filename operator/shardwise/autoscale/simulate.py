@@ -83,9 +83,6 @@ class Result:
     final_replicas: int
     changes: tuple[Change, ...]
 
-    def changes_between(self, start: float, end: float) -> tuple[Change, ...]:
-        return tuple(c for c in self.changes if start <= c.at < end)
-
 
 @dataclasses.dataclass
 class _Replicas:

@@ -17,7 +17,6 @@ from typing import Any
 
 import pydantic
 
-from shardwise import conditions
 from shardwise.api import v1alpha1 as api
 from shardwise.controller import events, missing_api, planning, progress
 from shardwise.controller.compare import contains, merge_patch

@@ -107,10 +107,6 @@ class LocalCluster:
             raise RuntimeError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result
 
-    def apply_objects(self, objects: list[dict[str, Any]]) -> None:
-        self.kubectl("apply", "--server-side", "--field-manager=shardwise-devcluster", "-f", "-",
-                     input=yaml.safe_dump_all(objects))
-
     def add_nodes(self, topology_file: pathlib.Path) -> list[str]:
         nodes = topology.node_objects(topology.load_groups(topology_file))
         self.kubectl("create", "-f", "-", input=yaml.safe_dump_all(nodes))

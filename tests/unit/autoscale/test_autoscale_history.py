@@ -24,14 +24,6 @@ def test_record_returns_a_new_history_and_drops_what_no_window_needs() -> None:
     assert new.records == (Record(150.0, 2, 2), Record(200.0, 3, 3, "ttft", False, 2.0))
 
 
-def test_round_trip_through_the_status_form() -> None:
-    history = History((Record(1.0, 2, 3, None, True, 0.0), Record(31.0, 4, 4, "queue", False, 9.5)))
-    items = history.to_list()
-    assert items[1] == {"at": 31.0, "recommendation": 4, "desiredReplicas": 4,
-                        "pressure": "queue", "starting": False, "waiting": 9.5}
-    assert History.from_list(reversed(items)) == history
-
-
 def test_observed_since_needs_the_start_covered_and_no_gaps() -> None:
     every_30s = History(tuple(Record(float(t), 1, 1) for t in range(0, 300, 30)))
     assert every_30s.observed_since(0.0, 300.0, max_gap_s=75.0)
