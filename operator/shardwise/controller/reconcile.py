@@ -60,7 +60,7 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
     lws_missing = False
     if plan.get("feasible"):
         replicas = progress.desired_replicas(spec, status)
-        for obj in children.render(owner, spec, plan, replicas):
+        for obj in children.render(owner, spec, plan, replicas, runtime_image=settings.runtime_image):
             live = kube.get(obj["apiVersion"], obj["kind"], namespace, obj["metadata"]["name"])
             if live is None or not contains(live, obj):
                 try:

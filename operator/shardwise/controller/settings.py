@@ -18,6 +18,9 @@ class Settings:
     metrics_write_threshold: float = 0.05
     # How often the autoscaler looks for deployments whose evaluation period is due.
     autoscale_tick_seconds: float = 1.0
+    # Image for multi-node pods whose spec keeps the default vLLM image: that image plus
+    # shardwise-launch. None leaves spec.serving.image as it is.
+    runtime_image: str | None = None
     metrics_port: int = 8080
     health_port: int = 8081
 
@@ -34,5 +37,7 @@ class Settings:
                            ("autoscale_tick_seconds", "SHARDWISE_AUTOSCALE_TICK_SECONDS")):
             if var in env:
                 values[field] = float(env[var])
+        if env.get("SHARDWISE_RUNTIME_IMAGE"):
+            values["runtime_image"] = env["SHARDWISE_RUNTIME_IMAGE"]
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -146,11 +146,16 @@ def build_service(owner: Owner, selector: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any], replicas: int) -> list[dict[str, Any]]:
-    """Every child the InferenceDeployment should have, in apply order."""
+def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any], replicas: int, *,
+           runtime_image: str | None = None) -> list[dict[str, Any]]:
+    """Every child the InferenceDeployment should have, in apply order.
+
+    `runtime_image` (the operator's setting) replaces the default vLLM image in multi-node pods,
+    which need shardwise-launch; single-node pods run `vllm serve` and keep the spec's image.
+    """
     if int(plan["nodesPerReplica"]) > 1:
         return [
-            leaderworkerset.build_leaderworkerset(owner, spec, plan, replicas),
+            leaderworkerset.build_leaderworkerset(owner, spec, plan, replicas, runtime_image=runtime_image),
             build_service(owner, leaderworkerset.leader_selector(owner.name)),
         ]
     return [

@@ -8,8 +8,9 @@ what vllm #16259 needs: a restarted worker stays idle until the leader restarts 
 Every pod runs `shardwise-launch` (runtime/shardwise_runtime/launcher), which forms the group
 and execs `vllm serve` with vLLM's own multi-node flags. So the image (spec.serving.image) must
 contain both vLLM 0.32 and shardwise-launch: the shardwise runtime image (the Dockerfile's
-`runtime` target, vllm/vllm-openai plus shardwise[runtime]). The stock vLLM image, the default,
-serves single-node replicas only; a multi-node replica on it fails to start its container.
+`runtime` target, vllm/vllm-openai plus shardwise[runtime]). When the spec keeps the default
+stock vLLM image, the operator's `runtime_image` setting (SHARDWISE_RUNTIME_IMAGE, set by the
+Helm chart) takes its place in these pods; a custom image must bring shardwise-launch itself.
 
 Health, group-wide:
 - The leader serves HTTP and is probed on /health like a single-node pod. vLLM's API server
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.api.v1alpha1 import InferenceDeploymentSpec
+from shardwise.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeploymentSpec
 from shardwise.render import children, labels
 from shardwise.render.vllm_args import build_serve_args
 
@@ -96,9 +97,12 @@ def _keep_group_in_one_clique(pod: dict[str, Any], resource_name: str) -> None:
 
 
 def _template(owner: children.Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],
-              role: str) -> dict[str, Any]:
+              role: str, runtime_image: str | None) -> dict[str, Any]:
     pod = children.build_pod_spec(owner, spec, plan, command=[LAUNCHER],
                                   args=build_launch_args(spec, plan, owner.name, role))
+    if runtime_image and spec.serving.image == DEFAULT_IMAGE:
+        # The stock vLLM image has no shardwise-launch; the runtime image is it plus the launcher.
+        pod["containers"][0]["image"] = runtime_image
     if role == "worker":
         container = pod["containers"][0]
         for key in ("ports", "startupProbe", "readinessProbe", "livenessProbe"):
@@ -113,7 +117,7 @@ def _template(owner: children.Owner, spec: InferenceDeploymentSpec, plan: dict[s
 
 
 def build_leaderworkerset(owner: children.Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],
-                          replicas: int) -> dict[str, Any]:
+                          replicas: int, *, runtime_image: str | None = None) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -128,8 +132,8 @@ def build_leaderworkerset(owner: children.Owner, spec: InferenceDeploymentSpec, 
             "leaderWorkerTemplate": {
                 "size": int(plan["nodesPerReplica"]),
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": _template(owner, spec, plan, "leader"),
-                "workerTemplate": _template(owner, spec, plan, "worker"),
+                "leaderTemplate": _template(owner, spec, plan, "leader", runtime_image),
+                "workerTemplate": _template(owner, spec, plan, "worker", runtime_image),
             },
         },
     }

@@ -190,3 +190,21 @@ def test_the_leaderworkerset_is_owned_by_the_inference_deployment() -> None:
 def test_single_node_plans_keep_the_deployment() -> None:
     assert [o["kind"] for o in children.render(OWNER, spec(), plan(nodes=1), 1)] == ["Deployment",
                                                                                      "Service"]
+
+def test_runtime_image_replaces_only_the_default_vllm_image() -> None:
+    from shardwise.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeploymentSpec
+    from shardwise.render import children
+
+    owner = children.Owner(name="big", namespace="ns", uid="u")
+    plan = {"feasible": True, "tensorParallel": 8, "pipelineParallel": 2, "gpusPerNode": 8, "nodesPerReplica": 2,
+            "gpusPerReplica": 16, "gpuProduct": "NVIDIA-H100-80GB-HBM3", "interconnect": "nvswitch"}
+
+    def images(image: str, runtime: str | None) -> set[str]:
+        spec = InferenceDeploymentSpec.model_validate({"model": {"name": "m"}, "serving": {"image": image}})
+        lws = children.render(owner, spec, plan, 1, runtime_image=runtime)[0]
+        templates = lws["spec"]["leaderWorkerTemplate"]
+        return {t["spec"]["containers"][0]["image"] for t in (templates["leaderTemplate"], templates["workerTemplate"])}
+
+    assert images(DEFAULT_IMAGE, "reg/shardwise/runtime:0.1.0") == {"reg/shardwise/runtime:0.1.0"}
+    assert images("my/vllm-with-launcher:1", "reg/shardwise/runtime:0.1.0") == {"my/vllm-with-launcher:1"}
+    assert images(DEFAULT_IMAGE, None) == {DEFAULT_IMAGE}
