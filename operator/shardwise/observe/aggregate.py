@@ -66,6 +66,9 @@ class Summary:
     running: float | None
     waiting: float | None
     kv_cache_usage: float | None
+    # vLLM's lowest queue-time bucket is 0.3 s, so the PromQL p95 of near-zero queues reads as
+    # ~285 ms (interpolation inside the first bucket); the mean (sum / count) tells the truth.
+    queue_mean_ms: float | None = None
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
@@ -222,6 +225,13 @@ def _ms(q: float, deltas: Delta, name: str) -> float | None:
     return None if math.isnan(value) else value * 1000.0
 
 
+def _mean_ms(deltas: Delta, name: str) -> float | None:
+    h = deltas.histograms.get(name)
+    if h is None or h.count <= 0:
+        return None
+    return h.sum / h.count * 1000.0
+
+
 def summarize(
     deltas: Sequence[Delta], window_seconds: float, gauges: Sequence[Mapping[str, float]]
 ) -> Summary:
@@ -261,6 +271,7 @@ def summarize(
         running=gauge_sum(parse.RUNNING),
         waiting=gauge_sum(parse.WAITING),
         kv_cache_usage=sum(kv) / len(kv) if kv else None,
+        queue_mean_ms=_mean_ms(total, parse.QUEUE),
     )
 
 

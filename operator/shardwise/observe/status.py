@@ -40,6 +40,7 @@ def status_latency(summary: Summary) -> dict[str, Any]:
         "itlP95Ms": summary.itl_p95_ms,
         "e2eP95Ms": summary.e2e_p95_ms,
         "queueP95Ms": summary.queue_p95_ms,
+        "queueMeanMs": summary.queue_mean_ms,
         "requestsPerSecond": summary.requests_per_second,
         "promptTokensPerSecond": summary.prompt_tokens_per_second,
         "outputTokensPerSecond": summary.output_tokens_per_second,

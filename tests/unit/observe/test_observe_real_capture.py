@@ -108,3 +108,13 @@ def test_server_ttft_agrees_with_the_client_within_bucket_resolution() -> None:
     # And the overhead itself is small and positive: mean client TTFT vs vLLM's sum / count.
     overhead = sum(client) / len(client) - server.sum / server.count
     assert 0 < overhead < 0.02
+
+
+def test_queue_mean_tells_the_truth_the_coarse_p95_cannot() -> None:
+    # _sum and _count of vllm:request_queue_time_seconds, copied from the two files.
+    expected_ms = (0.0007770189996563204 - 0.00011766499994791957) / (43 - 3) * 1000
+    before = parse.parse((CAPTURES / "metrics-t0.txt").read_text())
+    after = parse.parse((CAPTURES / "metrics-t1.txt").read_text())
+    summary = aggregate.summarize([aggregate.delta(before, after)], 300.0, [])
+    assert summary.queue_mean_ms == pytest.approx(expected_ms)  # ~0.016 ms
+    assert summary.queue_p95_ms == pytest.approx(285.0)  # interpolated inside the 0-300 ms bucket
