@@ -59,6 +59,7 @@ class Engines:
         asyncio.run_coroutine_threadsafe(self.fleet.close(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()
 
 
 @pytest.fixture
