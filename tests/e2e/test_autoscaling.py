@@ -101,6 +101,7 @@ def test_replicas_follow_load_to_keep_ttft_under_the_slo(operator: Any, cluster:
     finally:
         stop.set()
         driver.join(30)
+        follow.close()  # a refresh thread still polling at interpreter exit can abort the process
 
     down = eventually(lambda: (s := _state(kubectl))["desired"] == 1 and s["workload"] == 1 and s,
                       timeout=90, what="replicas back to minReplicas once the load stopped")

@@ -49,6 +49,10 @@ OPERATOR_ALLOWED = [
     ("get", "leaderworkersets.leaderworkerset.x-k8s.io", "ns"),
     ("create", "leaderworkersets.leaderworkerset.x-k8s.io", "ns"),
     ("patch", "leaderworkersets.leaderworkerset.x-k8s.io", "ns"),
+    ("list", "leaderworkersets.leaderworkerset.x-k8s.io", ""),
+    ("watch", "leaderworkersets.leaderworkerset.x-k8s.io", ""),
+    ("delete", "leaderworkersets.leaderworkerset.x-k8s.io", "ns"),
+    ("delete", "deployments.apps", "ns"),  # the replaced workload after a re-plan, owned only
     ("list", "nodes", ""),
     ("list", "pods", ""),
     ("list", "pods", "ns"),
@@ -69,7 +73,7 @@ OPERATOR_DENIED = [
     ("update", "nodes", ""),
     ("patch", "inferencedeployments.shardwise.io", "ns"),  # spec belongs to the user
     ("delete", "inferencedeployments.shardwise.io", "ns"),
-    ("delete", "deployments.apps", "ns"),
+    ("delete", "services", "ns"),
     ("create", "pods", "ns"),
     ("create", "pods/exec", "ns"),
     ("get", "configmaps/other", "release"),

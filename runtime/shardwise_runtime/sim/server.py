@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
@@ -128,24 +128,30 @@ def _fleet(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace) -> int:
     targets: load.Targets = args.base_url
+    close_targets: Callable[[], None] | None = None
     if args.deployment:
         if not args.kubeconfig:
             raise ValueError("--deployment needs --kubeconfig")
         # Imported here for the same reason as in _fleet.
         from shardwise_runtime.sim import targets as pod_targets
 
-        targets = pod_targets.follow_deployment(args.kubeconfig, args.namespace, args.deployment)
-    records = asyncio.run(
-        load.run_load(
-            targets,
-            args.model,
-            args.rps,
-            args.duration,
-            concurrency=args.concurrency,
-            max_tokens=args.max_tokens,
-            request_timeout_s=args.timeout,
+        following = pod_targets.follow_deployment(args.kubeconfig, args.namespace, args.deployment)
+        targets, close_targets = following, following.close
+    try:
+        records = asyncio.run(
+            load.run_load(
+                targets,
+                args.model,
+                args.rps,
+                args.duration,
+                concurrency=args.concurrency,
+                max_tokens=args.max_tokens,
+                request_timeout_s=args.timeout,
+            )
         )
-    )
+    finally:
+        if close_targets is not None:
+            close_targets()  # stop the refresh thread before interpreter finalization
     if args.csv:
         with open(args.csv, "w", encoding="utf-8") as out:
             load.write_csv(records, out)
