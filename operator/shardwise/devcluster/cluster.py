@@ -2,8 +2,10 @@
 
 Authentication is a static admin token (group system:masters); authorization is Node,RBAC, so the
 Helm chart's RBAC can be checked by impersonating its ServiceAccount. kwok plays the kubelet of
-every node annotated `kwok.x-k8s.io/node: fake` and gives pods IPs in 127.1.0.0/16, so a simulated
-vLLM engine can listen on a pod's own IP. `stop()` ends every process, also after a failure.
+every node annotated `kwok.x-k8s.io/node: fake` and gives pods IPs in a loopback /16 picked at
+random per cluster (127.N.0.0/16), so a simulated vLLM engine can listen on a pod's own IP and two
+clusters on one machine (parallel test runs) seldom share pod IPs. `stop()` ends every process,
+also after a failure.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import yaml
 from shardwise.devcluster import binaries, topology
 from shardwise.devcluster.processes import Process, free_port, wait_until
 
-POD_CIDR = "127.1.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"  # allocated by the API server only; nothing listens or is sent there
 
 
@@ -34,6 +35,7 @@ class LocalCluster:
         # Each client gets a user of its own, so the audit log tells who wrote what.
         self.user_tokens = {user: secrets.token_hex(16) for user in ("shardwise-operator", "shardwise-sim")}
         self.port = 0
+        self.pod_cidr = f"127.{secrets.randbelow(200) + 20}.0.0/16"
         self.processes: list[Process] = []
 
     # -- public -----------------------------------------------------------------------------
@@ -81,7 +83,7 @@ class LocalCluster:
                 str(self.bins["kwok"]), f"--kubeconfig={self.kubeconfig}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={topology.KWOK_ANNOTATION}=fake",
-                f"--cidr={POD_CIDR}", "--node-ip=127.0.0.1", f"--server-address=127.0.0.1:{free_port()}",
+                f"--cidr={self.pod_cidr}", "--node-ip=127.0.0.1", f"--server-address=127.0.0.1:{free_port()}",
                 "--node-lease-duration-seconds=40",
             ])
         except BaseException:
