@@ -22,7 +22,12 @@ WANT=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok he
 have_all() { for f in "${WANT[@]}"; do [ -s "$OUT/$f" ] || return 1; done; }
 if have_all; then echo "$OUT"; exit 0; fi
 
+# One build at a time per cache: parallel test runs (several clones or worktrees) wait for the
+# first build instead of each compiling Kubernetes on the same two cores.
 mkdir -p "$OUT"
+exec 9>"$OUT.lock"
+flock 9
+if have_all; then echo "$OUT"; exit 0; fi
 log() { echo "[build-control-plane] $*" >&2; }
 export GOFLAGS="-mod=mod" GOTOOLCHAIN=local
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
