@@ -52,6 +52,16 @@ def operator(cluster: LocalCluster) -> Iterator[OperatorProcess]:
 
 
 @pytest.fixture
+def without_session_operator(operator: OperatorProcess) -> Iterator[None]:
+    """For tests that run operators of their own: the session's stands down (releasing the Lease)."""
+    operator.stop()
+    try:
+        yield
+    finally:
+        operator.start()
+
+
+@pytest.fixture
 def namespace(cluster: LocalCluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import signal
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -51,14 +55,17 @@ class OperatorProcess:
     """`shardwise run` as a separate process, exactly as it runs in a cluster."""
 
     def __init__(self, cluster: LocalCluster, *, resync_seconds: float = 3.0, extra_args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, name: str = "operator") -> None:
         self.cluster = cluster
         self.metrics_port = free_port()
+        self.health_port = free_port()
         argv = [sys.executable, "-m", "shardwise.cli", "run", "--resync-seconds", str(resync_seconds),
-                "--health-port", str(free_port()), "--metrics-port", str(self.metrics_port), *extra_args]
-        self.process = Process("operator", argv, cluster.log_dir / "operator.log",
+                "--health-port", str(self.health_port), "--metrics-port", str(self.metrics_port), *extra_args]
+        self.log = cluster.log_dir / f"{name}.log"
+        # POD_NAME as in the chart: the identity on the leader Lease, kept across restarts.
+        self.process = Process(name, argv, self.log,
                                env={"KUBECONFIG": str(cluster.user_kubeconfig(OPERATOR_USER)), "PYTHONUNBUFFERED": "1",
-                                    **COMPRESSED_TIMINGS, **(env or {})})
+                                    "POD_NAME": name, **COMPRESSED_TIMINGS, **(env or {})})
 
     def start(self) -> "OperatorProcess":
         self.process.start()
@@ -70,6 +77,46 @@ class OperatorProcess:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def kill(self) -> None:
+        """SIGKILL, as an OOM kill or a node loss would: no shutdown code runs."""
+        assert self.process.popen is not None
+        os.killpg(self.process.popen.pid, signal.SIGKILL)
+        self.process.popen.wait(10)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.popen.pid if self.process.popen is not None else None
+
+    def probe(self, path: str) -> tuple[int, str]:
+        """GET a health endpoint as the kubelet does: the status code and the text."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}{path}", timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except OSError as exc:
+            return 0, str(exc)
+
+    def metrics(self) -> dict[str, float]:
+        """The operator's own unlabelled metrics (name -> value); {} while it does not answer."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            return {}
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#") and "{" not in line:
+                name, _, value = line.partition(" ")
+                out[name] = float(value)
+        return out
+
+    def settled(self, min_reconciles: int = 1) -> bool:
+        """Synced, leading, at least `min_reconciles` done and nothing left in the queue."""
+        m = self.metrics()
+        return (m.get("shardwise_caches_synced") == 1 and m.get("shardwise_leader") == 1
+                and m.get("shardwise_reconciles_total", 0) >= min_reconciles and m.get("shardwise_workqueue_depth") == 0)
 
 
 class Kubectl:

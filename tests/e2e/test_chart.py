@@ -30,7 +30,7 @@ CHART = ROOT / "charts" / "shardwise"
 RELEASE = "sw"
 
 # (verb, resource, namespace or "" for cluster-wide / all namespaces) the operator uses:
-# controller/kube.py, handlers.py and Kopf's own watches. "ns" is any user namespace.
+# controller/kube.py, cache.py (informers) and leader.py. "ns" is any user namespace.
 OPERATOR_ALLOWED = [
     ("list", "inferencedeployments.shardwise.io", ""),
     ("watch", "inferencedeployments.shardwise.io", ""),
@@ -59,9 +59,12 @@ OPERATOR_ALLOWED = [
     ("watch", "pods", "ns"),
     ("list", "horizontalpodautoscalers.autoscaling", "ns"),
     ("create", "events", "ns"),
-    ("list", "customresourcedefinitions.apiextensions.k8s.io", ""),
-    ("watch", "customresourcedefinitions.apiextensions.k8s.io", ""),
     ("get", "configmaps/shardwise-pricing", "release"),
+    ("watch", "nodes", ""),
+    ("watch", "pods", ""),
+    ("create", "leases.coordination.k8s.io", "release"),
+    ("get", "leases.coordination.k8s.io/shardwise-operator", "release"),
+    ("update", "leases.coordination.k8s.io/shardwise-operator", "release"),
 ]
 OPERATOR_DENIED = [
     ("get", "secrets", ""),
@@ -87,6 +90,8 @@ OPERATOR_DENIED = [
     ("impersonate", "users", ""),
     ("create", "serviceaccounts/token", "release"),
     ("delete", "customresourcedefinitions.apiextensions.k8s.io", ""),
+    ("update", "leases.coordination.k8s.io/other", "release"),
+    ("update", "leases.coordination.k8s.io/shardwise-operator", "ns"),
 ]
 LABELER_ALLOWED = [("get", "nodes", ""), ("patch", "nodes", "")]
 LABELER_DENIED = [("list", "nodes", ""), ("delete", "nodes", ""), ("get", "secrets", ""), ("list", "pods", ""),
@@ -139,7 +144,7 @@ def can_i(cluster: LocalCluster, release: Release, sa: str, verb: str, resource:
     namespace = {"ns": release.workload_namespace, "release": release.namespace}.get(where)
     scope = ["--namespace", namespace] if namespace else ["--all-namespaces"]
     subresource: list[str] = []
-    if "/" in resource and not resource.startswith("configmaps/"):
+    if "/" in resource and not resource.startswith(("configmaps/", "leases.")):
         resource, sub = resource.split("/", 1)
         subresource = [f"--subresource={sub}"]
     result = cluster.kubectl("auth", "can-i", verb, resource, *subresource, *scope,

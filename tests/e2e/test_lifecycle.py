@@ -65,7 +65,7 @@ def test_examples_are_placed_on_gpu_nodes_and_become_ready(operator: OperatorPro
         for pod in pods:
             node = cluster.kubectl("get", "node", pod["spec"]["nodeName"], "-o", "jsonpath={.metadata.labels}").stdout
             assert plan["gpuProduct"] in node, f"{pod['metadata']['name']} landed on {pod['spec']['nodeName']}"
-            assert pod["status"]["podIP"].startswith("127.1.")
+            assert pod["status"]["podIP"].startswith(cluster.pod_cidr.split(".0.0/")[0] + ".")
 
     table = kubectl.run("get", "infd").stdout
     assert "llama-8b" in table and "Ready" in table

@@ -28,8 +28,8 @@ from shardwise.autoscale import Decision, History, Observation
 from shardwise.conditions import Condition
 from shardwise.controller import events, progress
 from shardwise.controller.compare import merge_patch
-from shardwise.controller.kube import Kube
-from shardwise.controller.observing import LockFor
+from shardwise.controller.kube import ApiException, Kube
+from shardwise.controller.quietlog import QuietLog
 from shardwise.controller.reconcile import now_rfc3339
 from shardwise.controller.settings import Settings
 from shardwise.observe.aggregate import Summary
@@ -157,32 +157,41 @@ def conflict_condition(names: list[str]) -> Condition:
 # -- shell -----------------------------------------------------------------------------------
 
 class Autoscaler:
-    """Evaluates each autoscaled deployment on its own period; reconcile applies the result."""
+    """Evaluates each autoscaled deployment on its own period; reconcile applies the result.
 
-    def __init__(self, kube: Kube, settings: Settings, lock_for: LockFor,
-                 latest: Callable[[str, str], Summary | None], reconcile: Callable[[str, str], None],
-                 *, clock: Callable[[], float] = time.time) -> None:
+    The deployments come from the informer cache and the due times from a dict, so a tick makes
+    no API request unless an evaluation is due. Only the leader evaluates; status writes carry
+    the resourceVersion they were computed from (a 409 retries the evaluation a second later).
+    """
+
+    def __init__(self, kube: Kube, settings: Settings, latest: Callable[[str, str], Summary | None],
+                 reconcile: Callable[[str, str], None], *, acting: Callable[[], bool] = lambda: True,
+                 clock: Callable[[], float] = time.time) -> None:
         self.kube = kube
         self.settings = settings
-        self._lock_for = lock_for
         self._latest = latest
-        self._reconcile = reconcile
+        self._reconcile = reconcile  # asks for a reconcile (enqueues the key)
+        self._acting = acting
         self._clock = clock
         self._due: dict[tuple[str, str], float] = {}
         self._history: dict[tuple[str, str], History] = {}
+        self._quiet = QuietLog(log, "autoscaling")
 
     async def run_forever(self) -> None:
         while True:
             try:
-                await asyncio.to_thread(self.tick)
-            except Exception:
-                log.exception("autoscaling tick failed")
+                if self._acting():
+                    await asyncio.to_thread(self.tick)
+                self._quiet.success()
+            except Exception as exc:  # noqa: BLE001 - logged boundedly; the next tick retries
+                self._quiet.failure(exc)
             await asyncio.sleep(self.settings.autoscale_tick_seconds)
 
     def tick(self) -> None:
         """Evaluate every autoscaled deployment whose period has come round."""
         now = self._clock()
         seen = set()
+        failed: list[str] = []
         for item in self.kube.list_inference_deployments():
             autoscaling = (item.get("spec") or {}).get("autoscaling")
             if not autoscaling:
@@ -198,46 +207,53 @@ class Autoscaler:
             try:
                 if self.evaluate(*key):
                     self._reconcile(*key)
-            except Exception:  # one broken object must not starve the others
-                log.exception("autoscaling %s/%s failed", *key)
+            except ApiException as exc:
+                if exc.status == 409:  # written meanwhile: evaluate again from the fresh object
+                    self._due[key] = now + 1.0
+                    continue
+                failed.append(f"{key[0]}/{key[1]}: {exc.status} {exc.reason}")
+            except Exception as exc:  # one broken object must not starve the others
+                log.debug("autoscaling %s/%s failed", *key, exc_info=exc)
+                failed.append(f"{key[0]}/{key[1]}: {type(exc).__name__}: {exc}")
         for key in [k for k in self._due if k not in seen]:
             del self._due[key]
             self._history.pop(key, None)
+        if failed:
+            raise RuntimeError(f"{len(failed)} deployments failed, first {failed[0]}")
 
     def evaluate(self, namespace: str, name: str) -> bool:
         """One decision for one deployment; True when desired replicas changed."""
-        with self._lock_for(namespace, name):
-            infd = self.kube.get(f"{api.GROUP}/{api.VERSION}", api.KIND, namespace, name)
-            if infd is None or infd["metadata"].get("deletionTimestamp"):
-                return False
+        infd = self.kube.get(f"{api.GROUP}/{api.VERSION}", api.KIND, namespace, name)
+        if infd is None or infd["metadata"].get("deletionTimestamp"):
+            return False
+        try:
+            spec = api.InferenceDeploymentSpec.model_validate(infd.get("spec") or {})
+        except pydantic.ValidationError:
+            return False  # reconcile reports it
+        status = infd.get("status") or {}
+        plan = status.get("plan") or {}
+        if spec.autoscaling is None or not plan.get("feasible"):
+            return False
+        stamp = now_rfc3339()
+        generation = infd["metadata"].get("generation")
+        hpas = self.kube.list(f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers")
+        conflicting = hpa_conflicts(hpas, name)
+        merged = conditions.merge(status.get("conditions") or [], [conflict_condition(conflicting)],
+                                  generation=generation, now=stamp)
+        outcome = None
+        update: dict[str, Any] = {"conditions": merged}
+        if not conflicting:
             try:
-                spec = api.InferenceDeploymentSpec.model_validate(infd.get("spec") or {})
-            except pydantic.ValidationError:
-                return False  # reconcile reports it
-            status = infd.get("status") or {}
-            plan = status.get("plan") or {}
-            if spec.autoscaling is None or not plan.get("feasible"):
-                return False
-            stamp = now_rfc3339()
-            generation = infd["metadata"].get("generation")
-            hpas = self.kube.list(f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers")
-            conflicting = hpa_conflicts(hpas, name)
-            merged = conditions.merge(status.get("conditions") or [], [conflict_condition(conflicting)],
-                                      generation=generation, now=stamp)
-            outcome = None
-            update: dict[str, Any] = {"conditions": merged}
-            if not conflicting:
-                try:
-                    outcome = self._decide(namespace, name, spec, status, stamp)
-                    update.update(outcome.update)
-                except autoscale.PolicyError as exc:  # the CRD's rules catch most; say the rest
-                    update["autoscaling"] = {**(status.get("autoscaling") or {}), "reason": f"invalid policy: {exc}"}
-            patch = merge_patch(status, update)
-            if patch:
-                self.kube.patch_status(namespace, name, patch)
-            for type_, reason, message in outcome.events if outcome else ():
-                events.emit(self.kube, infd, type_=type_, reason=reason, message=message, now=stamp)
-            return bool(outcome and outcome.changed)
+                outcome = self._decide(namespace, name, spec, status, stamp)
+                update.update(outcome.update)
+            except autoscale.PolicyError as exc:  # the CRD's rules catch most; say the rest
+                update["autoscaling"] = {**(status.get("autoscaling") or {}), "reason": f"invalid policy: {exc}"}
+        patch = merge_patch(status, update)
+        if patch:
+            self.kube.patch_status(namespace, name, patch, resource_version=infd["metadata"].get("resourceVersion"))
+        for type_, reason, message in outcome.events if outcome else ():
+            events.emit(self.kube, infd, type_=type_, reason=reason, message=message, now=stamp)
+        return bool(outcome and outcome.changed)
 
     def _decide(self, namespace: str, name: str, spec: api.InferenceDeploymentSpec,
                 status: Mapping[str, Any], stamp: str) -> Outcome:

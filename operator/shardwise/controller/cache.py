@@ -1,87 +1,242 @@
-"""Nodes and GPU-holding pods, kept current by watch events instead of listed on every reconcile.
+"""The operator's informers and the reads it makes from them (controller-runtime's cache).
 
-Planning needs every GPU node and every pod that holds GPUs. Listing them for each reconcile costs
-O(deployments x nodes) per resync, megabytes per list on a large cluster; a watch keeps one slim
-copy (only the fields the planner reads) and every reconcile reads it. Until the first watch
-events have arrived the cache says it is cold and the caller lists instead.
+| store                  | watch                                                        | kept          |
+| ---------------------- | ------------------------------------------------------------ | ------------- |
+| InferenceDeployments   | per watched namespace (or cluster-wide)                      | whole object  |
+| Deployments, Services, | per watched namespace, server-side label selector: only      | whole object  |
+| LeaderWorkerSets       | objects carrying the instance label (our children)           |               |
+| Nodes                  | cluster-wide                                                 | GPU nodes, slim; others as a name |
+| Pods                   | cluster-wide, non-terminal (field selector)                  | ours and GPU pods, slim |
+
+Pods have no server-side selector for "requests GPUs", and free GPUs depend on every pod on a
+GPU node, so the pod watch is cluster-wide; each page and event is slimmed or dropped on
+arrival, so memory follows the GPU pods, not the cluster. managedFields are never kept.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
+from collections.abc import Callable, Hashable
 from typing import Any
 
+from shardwise.api import v1alpha1 as api
+from shardwise.controller.informer import Informer, Obj, strip_managed_fields
+from shardwise.controller.kube import Kube
+from shardwise.render.labels import INSTANCE_LABEL
+
 GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+INFD = (f"{api.GROUP}/{api.VERSION}", api.KIND)
+CHILD_KINDS = {
+    ("apps/v1", "Deployment"): "/apis/apps/v1",
+    ("v1", "Service"): "/api/v1",
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "/apis/leaderworkerset.x-k8s.io/v1",
+}
+_PLURALS = {"Deployment": "deployments", "Service": "services", "LeaderWorkerSet": "leaderworkersets"}
 
 
-def slim_node(node: dict[str, Any]) -> dict[str, Any]:
-    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+# -- slim forms (pure) -----------------------------------------------------------------------
+
+def _meta(obj: Obj, *extra: str) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    out = {k: meta[k] for k in ("name", "namespace", "resourceVersion", *extra) if k in meta}
+    out["labels"] = dict(meta.get("labels") or {})
+    return out
+
+
+def _gpu_count(value: Any) -> int:
+    try:
+        return int(str(value or "0"))
+    except ValueError:
+        return 0
+
+
+def is_gpu_node(node: Obj) -> bool:
+    status = node.get("status") or {}
+    return (GPU_PRODUCT_LABEL in ((node.get("metadata") or {}).get("labels") or {})
+            or _gpu_count((status.get("allocatable") or {}).get(GPU_RESOURCE)) > 0
+            or _gpu_count((status.get("capacity") or {}).get(GPU_RESOURCE)) > 0)
+
+
+def slim_node(node: Obj) -> Obj:
+    """What the planner reads of a GPU node; a node without GPUs keeps only its name (the planner
+    counts them for its "no GPU nodes" message). Ready's timestamps are dropped: heartbeats must
+    not look like changes."""
+    if not is_gpu_node(node):
+        meta = node.get("metadata") or {}
+        return {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion")}}
+    spec, status = node.get("spec") or {}, node.get("status") or {}
     return {
-        "metadata": {"name": meta.get("name"), "labels": dict(meta.get("labels") or {})},
+        "metadata": _meta(node),
         "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
         "status": {"allocatable": dict(status.get("allocatable") or {}),
                    "capacity": dict(status.get("capacity") or {}),
-                   "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]},
+                   "conditions": [{k: c.get(k) for k in ("type", "status", "reason")}
+                                  for c in status.get("conditions") or [] if c.get("type") == "Ready"]},
     }
+
+
+def node_material(node: Obj | None) -> Any:
+    """A node's planning-relevant content, to tell a real change from a resourceVersion bump."""
+    if node is None:
+        return None
+    return {k: v for k, v in node.items() if k != "metadata"}, (node.get("metadata") or {}).get("labels")
 
 
 def _holds_gpus(container: dict[str, Any]) -> bool:
     resources = container.get("resources") or {}
-    return any(str((resources.get(kind) or {}).get(GPU_RESOURCE, "0")) not in ("0", "")
-               for kind in ("limits", "requests"))
+    return any(_gpu_count((resources.get(kind) or {}).get(GPU_RESOURCE)) > 0 for kind in ("limits", "requests"))
 
 
-def slim_pod(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The fields free-GPU accounting reads, or None for pods that hold no GPU (not worth keeping)."""
-    phase = (pod.get("status") or {}).get("phase")
+def _pod_holds_gpus(pod: Obj) -> bool:
     spec = pod.get("spec") or {}
-    kinds = ("containers", "initContainers")
-    if phase in ("Succeeded", "Failed") or not any(_holds_gpus(c) for k in kinds for c in spec.get(k) or []):
+    return any(_holds_gpus(c) for k in ("containers", "initContainers") for c in spec.get(k) or [])
+
+
+def slim_pod(pod: Obj) -> Obj | None:
+    """A pod that holds GPUs or belongs to an InferenceDeployment, slim; None for every other pod.
+
+    GPU accounting reads nodeName, phase and the containers' resources; our own pods also keep
+    what status and failure reporting read (conditions, container states, podIP).
+    """
+    meta = pod.get("metadata") or {}
+    ours = INSTANCE_LABEL in (meta.get("labels") or {})
+    if not ours and not _pod_holds_gpus(pod):
         return None
-    # The planner counts a pod's GPUs (containers and init containers) from these resources.
-    return {
-        "metadata": {"name": pod["metadata"].get("name"), "namespace": pod["metadata"].get("namespace"),
-                     "labels": dict(pod["metadata"].get("labels") or {})},
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    kinds = ("containers", "initContainers")
+    slim: Obj = {
+        "metadata": _meta(pod, "uid", "deletionTimestamp", "ownerReferences", "creationTimestamp"),
         "spec": {"nodeName": spec.get("nodeName"),
-                 **{k: [{"resources": c.get("resources") or {}} for c in spec.get(k) or []] for k in kinds}},
-        "status": {"phase": phase},
+                 **{k: [{"name": c.get("name"), "resources": c.get("resources") or {}} for c in spec.get(k) or []]
+                    for k in kinds}},
+        "status": {"phase": status.get("phase")},
     }
+    if ours:
+        slim["status"].update({k: status[k] for k in (
+            "conditions", "podIP", "containerStatuses", "initContainerStatuses", "reason", "message") if k in status})
+    return slim
 
 
-class ClusterCache:
-    """Thread-safe slim copies of nodes and GPU pods, fed by watch events."""
+def holds_gpus_now(pod: Obj) -> bool:
+    """Does this (slim) pod count against its node's free GPUs?"""
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and _pod_holds_gpus(pod)
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._nodes: dict[str, dict[str, Any]] = {}
-        self._pods: dict[tuple[str, str], dict[str, Any]] = {}
-        self.nodes_seen = False
-        self.pods_seen = False
 
-    def on_node(self, event_type: str | None, node: dict[str, Any]) -> None:
-        name = node["metadata"]["name"]
-        with self._lock:
-            self.nodes_seen = True
-            if event_type == "DELETED":
-                self._nodes.pop(name, None)
-            else:
-                self._nodes[name] = slim_node(node)
+def pod_owner(pod: Obj) -> tuple[str, str] | None:
+    meta = pod.get("metadata") or {}
+    owner = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+    return (meta.get("namespace") or "", owner) if owner else None
 
-    def on_pod(self, event_type: str | None, pod: dict[str, Any]) -> None:
-        key = (pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
-        slim = None if event_type == "DELETED" else slim_pod(pod)
-        with self._lock:
-            self.pods_seen = True
-            if slim is None:
-                self._pods.pop(key, None)
-            else:
-                self._pods[key] = slim
 
-    def nodes(self) -> list[dict[str, Any]] | None:
-        """Every node, or None while the watch has not delivered any yet."""
-        with self._lock:
-            return list(self._nodes.values()) if self.nodes_seen else None
+def parse_selector(selector: str) -> dict[str, str]:
+    """An equality-only label selector ("k=v,k2=v2"), the only kind this operator builds."""
+    out = {}
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        key, _, value = term.partition("=")
+        out[key.strip()] = value.lstrip("=").strip()
+    return out
 
-    def gpu_pods(self) -> list[dict[str, Any]] | None:
-        with self._lock:
-            return list(self._pods.values()) if self.pods_seen else None
+
+# -- the informers ---------------------------------------------------------------------------
+
+ChangeHandler = Callable[[Obj | None, Obj | None], None]
+
+
+class Caches:
+    """Every informer of the operator, and reads that never leave the process."""
+
+    def __init__(self, kube: Kube, namespaces: list[str], *, on_infd: ChangeHandler | None = None,
+                 on_child: ChangeHandler | None = None, on_node: ChangeHandler | None = None,
+                 on_pod: ChangeHandler | None = None, on_contact: Callable[[bool], None] | None = None,
+                 page_size: int = 500) -> None:
+        self.namespaces = list(namespaces)
+        scopes = self.namespaces or [""]
+        common = {"on_contact": on_contact, "page_size": page_size}
+
+        def path(prefix: str, plural: str, ns: str) -> str:
+            return f"{prefix}/namespaces/{ns}/{plural}" if ns else f"{prefix}/{plural}"
+
+        self._by_kind: dict[tuple[str, str], dict[str, Informer]] = {}
+        self._by_kind[INFD] = {ns: Informer(kube, f"InferenceDeployments{'/' + ns if ns else ''}",
+                                            path(f"/apis/{api.GROUP}/{api.VERSION}", api.PLURAL, ns),
+                                            on_change=on_infd, **common) for ns in scopes}
+        for (api_version, kind), prefix in CHILD_KINDS.items():
+            self._by_kind[(api_version, kind)] = {
+                ns: Informer(kube, f"{kind}s{'/' + ns if ns else ''}", path(prefix, _PLURALS[kind], ns),
+                             label_selector=INSTANCE_LABEL, on_change=on_child,
+                             optional=kind == "LeaderWorkerSet", **common)
+                for ns in scopes}
+        self.node_informer = Informer(kube, "Nodes", "/api/v1/nodes", transform=slim_node, on_change=on_node,
+                                      **common)
+        self.pod_informer = Informer(kube, "Pods", "/api/v1/pods",
+                                     field_selector="status.phase!=Succeeded,status.phase!=Failed",
+                                     transform=slim_pod, index=_pod_index, on_change=on_pod, **common)
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [i for by_ns in self._by_kind.values() for i in by_ns.values()] + [self.node_informer,
+                                                                                  self.pod_informer]
+
+    def start(self, stop: threading.Event) -> list[threading.Thread]:
+        threads = [threading.Thread(target=i.run, args=(stop,), name=f"informer-{i.name}", daemon=True)
+                   for i in self.informers]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    # -- reads -------------------------------------------------------------------------------
+    def _informer(self, api_version: str, kind: str, namespace: str) -> Informer | None:
+        by_ns = self._by_kind.get((api_version, kind))
+        if by_ns is None:
+            return None
+        found = by_ns.get(namespace)
+        return found if found is not None else by_ns.get("")
+
+    def holds(self, api_version: str, kind: str, namespace: str) -> bool:
+        return self._informer(api_version, kind, namespace) is not None
+
+    def installed(self, api_version: str, kind: str, namespace: str) -> bool:
+        informer = self._informer(api_version, kind, namespace)
+        return informer is not None and informer.installed
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> Obj | None:
+        informer = self._informer(api_version, kind, namespace)
+        obj = informer.get((namespace, name)) if informer is not None else None
+        # The InferenceDeployment is the one object callers build updates from: a copy, so no
+        # caller can change the store by accident. Children are only compared.
+        return copy.deepcopy(obj) if obj is not None and kind == api.KIND else obj
+
+    def inference_deployments(self) -> list[Obj]:
+        return [o for i in self._by_kind[INFD].values() for o in i.items()]
+
+    def nodes(self) -> list[Obj]:
+        return self.node_informer.items()
+
+    def gpu_pods(self) -> list[Obj]:
+        return [p for p in self.pod_informer.items() if holds_gpus_now(p)]
+
+    def pods(self, namespace: str, selector: str) -> list[Obj]:
+        wanted = parse_selector(selector)
+        owner = wanted.get(INSTANCE_LABEL)
+        candidates = (self.pod_informer.by_index((namespace, owner)) if owner is not None
+                      else [p for p in self.pod_informer.items() if p["metadata"].get("namespace") == namespace])
+        return [p for p in candidates
+                if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())]
+
+    def observe_write(self, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        informer = self._informer(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace") or "")
+        if informer is not None:
+            informer.observe_write(obj)
+
+
+def _pod_index(pod: Obj) -> Hashable | None:
+    return pod_owner(pod)
+
+
+__all__ = ["Caches", "slim_node", "slim_pod", "strip_managed_fields"]

@@ -6,16 +6,17 @@ concurrently, folds the samples into one sliding Window per deployment, and writ
 `status.latency`, `status.cost` and the conditions SLOMet and MetricsAvailable.
 
 Windows live in memory: a restart loses at most one window of history, which the next window
-refills; nothing about them needs to survive. Status writes go through the same per-object lock
-as reconcile and are computed from a freshly read object, because `conditions` is one list that
-both write: reading it under the lock is what keeps either from undoing the other's update.
-The keys reconcile owns are never in our patch; `should_write` keeps watchers from seeing churn.
+refills; nothing about them needs to survive. The InferenceDeployments and their pods come from
+the informers' caches (no API read per cycle). Status writes carry the resourceVersion they were
+computed from, because `conditions` is one list that reconcile and this loop both write: a write
+from a stale copy gets HTTP 409 and is redone from the fresh object next cycle, instead of
+undoing the other's update. Only the leader scrapes and writes. The keys reconcile owns are
+never in our patch; `should_write` keeps watchers from seeing churn.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -30,7 +31,8 @@ from shardwise.api import v1alpha1 as api
 from shardwise.conditions import Condition
 from shardwise.controller import events
 from shardwise.controller.compare import merge_patch
-from shardwise.controller.kube import Kube
+from shardwise.controller.kube import ApiException, Kube
+from shardwise.controller.quietlog import QuietLog
 from shardwise.controller.reconcile import now_rfc3339
 from shardwise.controller.settings import Settings
 from shardwise.observe import aggregate, collector, cost, operator_metrics, status
@@ -43,7 +45,6 @@ METRICS_AVAILABLE = "MetricsAvailable"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 Key = tuple[str, str]
-LockFor = Callable[[str, str], contextlib.AbstractContextManager[Any]]
 
 
 # -- pure ------------------------------------------------------------------------------------
@@ -149,13 +150,14 @@ class _Tracked:
 class Observer:
     """Scrapes, aggregates and writes; `latest` hands the autoscaler the freshest summary."""
 
-    def __init__(self, kube: Kube, settings: Settings, lock_for: LockFor,
+    def __init__(self, kube: Kube, settings: Settings, acting: Callable[[], bool] = lambda: True,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.settings = settings
-        self._lock_for = lock_for
+        self._acting = acting  # only the leader scrapes and writes
         self._clock = clock
         self._tracked: dict[Key, _Tracked] = {}
+        self._quiet = QuietLog(log, "metrics cycle")
 
     def latest(self, namespace: str, name: str) -> aggregate.Summary | None:
         tracked = self._tracked.get((namespace, name))
@@ -167,9 +169,11 @@ class Observer:
             while True:
                 started = self._clock()
                 try:
-                    await self.cycle(session)
-                except Exception:  # the API server may be away for a moment; try next interval
-                    log.exception("metrics cycle failed")
+                    if self._acting():
+                        await self.cycle(session)
+                    self._quiet.success()
+                except Exception as exc:  # noqa: BLE001 - the API server may be away; next interval
+                    self._quiet.failure(exc)
                 elapsed = self._clock() - started
                 await asyncio.sleep(max(0.0, self.settings.metrics_interval_seconds - elapsed))
 
@@ -186,11 +190,16 @@ class Observer:
                                            self.settings.pricing_configmap)
         results = await asyncio.gather(*(self._observe(i, session, prices or {}) for i in items),
                                        return_exceptions=True)
+        failed = []
         for item, result in zip(items, results, strict=True):
             if isinstance(result, Exception):  # one broken object must not starve the others
                 meta = item["metadata"]
-                log.error("observing %s/%s failed: %s", meta["namespace"], meta["name"], result,
-                          exc_info=result)
+                failed.append(f"{meta['namespace']}/{meta['name']}")
+                log.debug("observing %s failed", failed[-1], exc_info=result)
+        if failed:  # said once per outage by the caller's QuietLog, not once per object per cycle
+            first = next(r for r in results if isinstance(r, Exception))
+            raise RuntimeError(f"{len(failed)} of {len(items)} deployments ({', '.join(failed[:3])}"
+                               f"{', ...' if len(failed) > 3 else ''}): {type(first).__name__}: {first}")
 
     async def _observe(self, item: dict[str, Any], session: aiohttp.ClientSession,
                        prices: Mapping[str, float]) -> None:
@@ -221,28 +230,33 @@ class Observer:
 
     def _write(self, key: Key, spec: api.InferenceDeploymentSpec, observed: Observed,
                tracked: _Tracked, now: float) -> None:
-        with self._lock_for(*key):
-            infd = self.kube.get(f"{api.GROUP}/{api.VERSION}", api.KIND, *key)
-            if infd is None or infd["metadata"].get("deletionTimestamp"):
+        infd = self.kube.get(f"{api.GROUP}/{api.VERSION}", api.KIND, *key)
+        if infd is None or infd["metadata"].get("deletionTimestamp") or not self._acting():
+            return
+        current = infd.get("status") or {}
+        previous = {k: current[k] for k in observed.figures if current.get(k) is not None} or None
+        write_figures = status.should_write(
+            previous, observed.figures, tracked.last_write, now,
+            min_interval_s=0.9 * self.settings.metrics_interval_seconds,
+            relative_threshold=self.settings.metrics_write_threshold,
+            refresh_s=self.settings.metrics_window_seconds)
+        stamp = now_rfc3339()
+        update = status_update(infd, spec, observed, write_figures=write_figures, now=stamp)
+        patch = merge_patch(current, update)
+        if patch:
+            try:
+                self.kube.patch_status(*key, patch, resource_version=infd["metadata"].get("resourceVersion"))
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                log.debug("%s/%s changed while observing; written next cycle", *key)
                 return
-            current = infd.get("status") or {}
-            previous = {k: current[k] for k in observed.figures if current.get(k) is not None} or None
-            write_figures = status.should_write(
-                previous, observed.figures, tracked.last_write, now,
-                min_interval_s=0.9 * self.settings.metrics_interval_seconds,
-                relative_threshold=self.settings.metrics_write_threshold,
-                refresh_s=self.settings.metrics_window_seconds)
-            stamp = now_rfc3339()
-            update = status_update(infd, spec, observed, write_figures=write_figures, now=stamp)
-            patch = merge_patch(current, update)
-            if patch:
-                self.kube.patch_status(*key, patch)
-            if write_figures:
-                tracked.last_write = now
-            newly_failing = set(observed.errors) - tracked.failing
-            tracked.failing = frozenset(observed.errors)
-            if newly_failing:
-                failed = "; ".join(observed.errors[p].message for p in sorted(newly_failing))
-                events.emit(self.kube, infd, type_="Warning", reason="MetricsScrapeFailed",
-                            message=f"{len(newly_failing)} serving pod(s) did not answer: {failed}", now=stamp)
+        if write_figures:
+            tracked.last_write = now
+        newly_failing = set(observed.errors) - tracked.failing
+        tracked.failing = frozenset(observed.errors)
+        if newly_failing:
+            failed = "; ".join(observed.errors[p].message for p in sorted(newly_failing))
+            events.emit(self.kube, infd, type_="Warning", reason="MetricsScrapeFailed",
+                        message=f"{len(newly_failing)} serving pod(s) did not answer: {failed}", now=stamp)
         operator_metrics.publish_status(*key, {**current, **update})

@@ -13,7 +13,7 @@ from typing import Any
 
 from shardwise import planner
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
-from shardwise.render.labels import REPLAN_ANNOTATION
+from shardwise.render.labels import INSTANCE_LABEL, REPLAN_ANNOTATION
 
 
 def planning_fingerprint(spec: InferenceDeploymentSpec) -> str:
@@ -50,6 +50,12 @@ def needs_new_plan(current: dict[str, Any] | None, fingerprint: str, token: str,
     if current.get("specFingerprint") != fingerprint or current.get("replanToken", "") != token:
         return True
     return not still_placeable(current, nodes)
+
+
+def pods_of_others(pods: list[dict[str, Any]], namespace: str, name: str) -> list[dict[str, Any]]:
+    """GPU pods minus this deployment's own: a re-plan may reuse the GPUs its replicas hold."""
+    return [p for p in pods if not (p["metadata"].get("namespace") == namespace
+                                    and (p["metadata"].get("labels") or {}).get(INSTANCE_LABEL) == name)]
 
 
 def make_plan(spec_dict: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]],

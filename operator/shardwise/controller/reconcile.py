@@ -96,7 +96,8 @@ def _remove_replaced_workload(kube: Kube, owner: children.Owner, workload: dict[
         if kind == workload["kind"]:
             continue
         try:
-            old = kube.get(api_version, kind, owner.namespace, name)
+            # Only an owned workload matters here, and that carries our label: the cache has it.
+            old = kube.get_cached(api_version, kind, owner.namespace, name)
         except ApiException as exc:
             if exc.status == 404:  # the kind itself is not installed (no LeaderWorkerSet CRD)
                 continue
@@ -116,14 +117,19 @@ def _plan(kube: Kube, settings: Settings, infd: dict[str, Any], spec: api.Infere
     if not planning.needs_new_plan(current, fingerprint, token, nodes):
         return current
     prices = kube.pricing_table(settings.namespace, settings.pricing_configmap)
-    return planning.make_plan(infd.get("spec") or {}, nodes, kube.list_gpu_pods(), prices,
-                              fingerprint=fingerprint, token=token)
+    others = planning.pods_of_others(kube.list_gpu_pods(), infd["metadata"]["namespace"], infd["metadata"]["name"])
+    return planning.make_plan(infd.get("spec") or {}, nodes, others, prices, fingerprint=fingerprint, token=token)
 
 
 def _write_status(kube: Kube, infd: dict[str, Any], update: dict[str, Any]) -> bool:
-    """Merge-patch only the status keys whose value changed; nothing when none did."""
+    """Merge-patch only the status keys whose value changed; nothing when none did.
+
+    The patch is conditional on the resourceVersion it was computed from: if anyone wrote since,
+    the API server answers 409 and the work queue reconciles again from the fresh object.
+    """
     patch = merge_patch(infd.get("status") or {}, update)
     if not patch:
         return False
-    kube.patch_status(infd["metadata"]["namespace"], infd["metadata"]["name"], patch)
+    meta = infd["metadata"]
+    kube.patch_status(meta["namespace"], meta["name"], patch, resource_version=meta.get("resourceVersion"))
     return True

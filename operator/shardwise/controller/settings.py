@@ -10,7 +10,9 @@ from dataclasses import dataclass
 class Settings:
     namespace: str = "shardwise-system"  # where the operator runs and its pricing ConfigMap lives
     pricing_configmap: str = "shardwise-pricing"
-    resync_seconds: float = 30.0  # level-triggered safety net; events make most reconciles immediate
+    # Level-triggered safety net, read from the caches: watches trigger every real change, so this
+    # only bounds how long a missed one could go unnoticed.
+    resync_seconds: float = 300.0
     metrics_interval_seconds: float = 15.0
     metrics_window_seconds: float = 300.0
     scrape_timeout_seconds: float = 3.0

@@ -75,10 +75,18 @@ def pod_annotations(spec: InferenceDeploymentSpec, plan: dict[str, Any]) -> dict
     predicted = plan.get("predicted") or {}
     out = {labels.MAX_CONCURRENCY_ANNOTATION: str(spec.serving.maxConcurrency)}
     if predicted.get("ttftMs") is not None:
-        out[labels.PREDICTED_TTFT_ANNOTATION] = str(predicted["ttftMs"])
+        out[labels.PREDICTED_TTFT_ANNOTATION] = number_text(predicted["ttftMs"])
     if predicted.get("itlMs") is not None:
-        out[labels.PREDICTED_ITL_ANNOTATION] = str(predicted["itlMs"])
+        out[labels.PREDICTED_ITL_ANNOTATION] = number_text(predicted["itlMs"])
     return out
+
+
+def number_text(value: Any) -> str:
+    """One spelling per number: a fresh plan's 88.0 and the same plan read back from the status
+    (the API server stores it as 88) must render the same pod template, or the pods roll twice."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def build_pod_spec(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],

@@ -58,10 +58,11 @@ def test_rendered_crd_is_the_generated_crd_kept_on_uninstall(render: Render) -> 
     assert not [o for o in render("crds.install=false") if o["kind"] == "CustomResourceDefinition"]
 
 
-def test_operator_deployment_is_a_hardened_singleton(render: Render) -> None:
+def test_operator_deployment_is_hardened_and_elects_a_leader(render: Render) -> None:
     deployment = find(render(), "Deployment", "rel-shardwise")
     spec, pod = deployment["spec"], deployment["spec"]["template"]["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     assert pod["serviceAccountName"] == "rel-shardwise"
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -74,11 +75,26 @@ def test_operator_deployment_is_a_hardened_singleton(render: Render) -> None:
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
     assert "--health-port=8081" in c["args"] and "--metrics-port=8080" in c["args"]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert "--lease-duration-seconds=15" in c["args"] and "--api-unreachable-seconds=60" in c["args"]
+    assert not [o for o in render() if o["kind"] == "PodDisruptionBudget"]
     assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
     assert {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}} in pod["volumes"]
     assert c["image"] == "shardwise/operator:0.1.0"
+
+
+def test_two_replicas_get_a_disruption_budget_and_may_use_their_lease(render: Render) -> None:
+    objects = render("operator.replicas=2")
+    assert find(objects, "Deployment", "rel-shardwise")["spec"]["replicas"] == 2
+    pdb = find(objects, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == find(objects, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert not [o for o in render("operator.replicas=2", "operator.podDisruptionBudget.enabled=false")
+                if o["kind"] == "PodDisruptionBudget"]
+    role = find(objects, "Role", "rel-shardwise")["rules"]
+    assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "resourceNames": ["shardwise-operator"], "verbs": ["get", "update"]} in role
 
 
 def test_image_digest_wins_over_tag(render: Render) -> None:
@@ -87,12 +103,11 @@ def test_image_digest_wins_over_tag(render: Render) -> None:
     assert c["image"] == f"shardwise/operator@{digest}"
 
 
-def test_watch_namespaces_become_flags_and_allow_listing_namespaces(render: Render) -> None:
+def test_watch_namespaces_become_flags(render: Render) -> None:
     objects = render("operator.watchNamespaces={ml,research}")
     args = container(find(objects, "Deployment"))["args"]
     assert [a for a in args if a.startswith("--namespace")] == ["--namespace=ml", "--namespace=research"]
-    assert rules_of(objects, "ClusterRole", "rel-shardwise")[("", "namespaces")] == {"list", "watch"}
-    assert ("", "namespaces") not in rules_of(render(), "ClusterRole", "rel-shardwise")
+    assert ("", "namespaces") not in rules_of(objects, "ClusterRole", "rel-shardwise")
 
 
 def test_operator_rbac_reads_no_secrets_and_never_writes_nodes(render: Render) -> None:
@@ -108,7 +123,10 @@ def test_operator_rbac_reads_no_secrets_and_never_writes_nodes(render: Render) -
     role = find(objects, "Role", "rel-shardwise")
     assert role["metadata"]["namespace"] == "sw-system"
     assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
-                              "resourceNames": [Settings().pricing_configmap], "verbs": ["get"]}]
+                              "resourceNames": [Settings().pricing_configmap], "verbs": ["get"]},
+                             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "resourceNames": ["shardwise-operator"], "verbs": ["get", "update"]}]
     binding = find(objects, "ClusterRoleBinding", "rel-shardwise")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-shardwise", "namespace": "sw-system"}]
 
@@ -155,7 +173,8 @@ def test_monitors_render_only_where_prometheus_operator_exists(helm: pathlib.Pat
 
 @pytest.mark.parametrize("bad", [
     "operator.metricsPort=70000",
-    "operator.replicas=2",  # not a value: the operator is a singleton by design
+    "operator.replicas=0",
+    "operator.leaderElection.leaseDurationSeconds=0",
     "pricing.gpuHourUSD.NVIDIA-L40S=cheap",
     "labeler.runtimeClassName=Not_A_Name",
     "operator.image.digest=latest",

@@ -69,7 +69,11 @@ class FakeKube:
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return []
 
-    def patch_status(self, namespace: str, name: str, status_patch: dict[str, Any]) -> dict[str, Any]:
+    def get_cached(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get(api_version, kind, namespace, name)
+
+    def patch_status(self, namespace: str, name: str, status_patch: dict[str, Any], *,
+                     resource_version: str | None) -> dict[str, Any]:
         self.status_patches.append(status_patch)
         merge_patch(self.objects[self.infd_key].setdefault("status", {}), status_patch)
         return self.objects[self.infd_key]

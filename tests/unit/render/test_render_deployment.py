@@ -129,5 +129,5 @@ def test_pods_carry_the_common_labels_and_the_predictions() -> None:
     template = deployment()["spec"]["template"]
     assert template["metadata"]["labels"] == labels.common_labels("llama")
     assert template["metadata"]["annotations"] == {labels.MAX_CONCURRENCY_ANNOTATION: "8",
-                                                   labels.PREDICTED_TTFT_ANNOTATION: "257.0",
+                                                   labels.PREDICTED_TTFT_ANNOTATION: "257",  # as the plan reads back
                                                    labels.PREDICTED_ITL_ANNOTATION: "40.8"}

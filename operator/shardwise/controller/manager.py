@@ -1,0 +1,292 @@
+"""The operator process: informers feed one work queue, workers reconcile, one leader acts.
+
+Why not Kopf: its watches filter labels client-side (every Pod, Node, Deployment and Service of
+the cluster arrives whole), its first list is one unpaginated request, it has no notion of a
+synced cache to wait for, its event handlers are not retried, and its peering is not a Lease.
+What it gave us (watch loops, a probe endpoint, login) is a few hundred lines here, each with the
+guarantee controller-runtime gives:
+
+    informers (cache.py) --events--> WorkQueue (workqueue.py) --keys--> N worker threads
+         |  list+watch, synced            collapse, backoff               reconcile.py
+         '--------- reads (kube.py reads the caches) <----------------------'
+    LeaderElector (leader.py): only the leader's workers, observer and autoscaler act.
+    health.py: /healthz and /readyz from flags in memory.
+
+Threads, not asyncio, for the informers and workers: the Kubernetes client is blocking. The
+observer (aiohttp scrapes) and the autoscaler run on one asyncio loop in the main thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import signal
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import prometheus_client
+
+from shardwise.controller import autoscaling, health, observing
+from shardwise.controller import reconcile as reconciling
+from shardwise.controller.cache import Caches, node_material, pod_owner
+from shardwise.controller.informer import Obj, wait_for_sync
+from shardwise.controller.kube import ApiException, Kube, retry_after
+from shardwise.controller.leader import LeaderElector, Timing
+from shardwise.controller.settings import Settings
+from shardwise.controller.workqueue import ShutDown, WorkQueue
+from shardwise.observe import operator_metrics
+from shardwise.render.labels import INSTANCE_LABEL
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+LEASE_NAME = "shardwise-operator"
+
+LEADER = prometheus_client.Gauge("shardwise_leader", "1 while this process holds the Lease and acts.",
+                                 registry=operator_metrics.REGISTRY)
+QUEUE_DEPTH = prometheus_client.Gauge("shardwise_workqueue_depth", "Keys queued, processing or scheduled.",
+                                      registry=operator_metrics.REGISTRY)
+RECONCILES = prometheus_client.Counter("shardwise_reconciles", "Reconciles run (one object each).",
+                                       registry=operator_metrics.REGISTRY)
+SYNCED = prometheus_client.Gauge("shardwise_caches_synced", "1 once every informer has listed.",
+                                 registry=operator_metrics.REGISTRY)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
+    workers: int = 4
+    lease_namespace: str = "default"
+    lease_timing: Timing = Timing()
+    identity: str | None = None
+    unreachable_limit: float = 60.0  # liveness fails after this long without the API server
+
+
+def needs_reconcile(old: Obj | None, new: Obj | None) -> bool:
+    """Does this InferenceDeployment event ask for a reconcile?
+
+    Not for a change of status alone (controller-runtime's GenerationChangedPredicate): those
+    are our own writes, or the observer's and autoscaler's, which enqueue explicitly when they
+    need one. Spec changes bump the generation; annotations (replan) and deletion show in metadata.
+    """
+    if new is None:
+        return False
+    if old is None:
+        return True
+    before, after = old.get("metadata") or {}, new.get("metadata") or {}
+    return any(before.get(k) != after.get(k) for k in ("generation", "annotations", "labels", "deletionTimestamp"))
+
+
+def pod_trouble(pod: Obj | None) -> Any:
+    """What of one of our pods reconcile reports beyond the workload's counts: scheduling and
+    container failures. Normal progress reaches us through the workload's status instead."""
+    if pod is None:
+        return None
+    status = pod.get("status") or {}
+    scheduled = [(c.get("status"), c.get("reason")) for c in status.get("conditions") or []
+                 if c.get("type") == "PodScheduled"]
+    containers = [((c.get("state") or {}).get("waiting", {}).get("reason"),
+                   ((c.get("lastState") or {}).get("terminated") or {}).get("reason"),
+                   c.get("restartCount", 0) > 0)
+                  for c in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])]
+    return scheduled, containers, status.get("phase") == "Failed"
+
+
+class Manager:
+    def __init__(self, settings: Settings, options: RunOptions, kube: Kube | None = None) -> None:
+        self.settings, self.options = settings, options
+        self.kube = kube or Kube()
+        self.stop = threading.Event()
+        self.queue: WorkQueue[Key] = WorkQueue()
+        self.contact = health.ApiContact()
+        self.caches = Caches(self.kube, options.namespaces, on_infd=self._on_infd, on_child=self._on_child,
+                             on_node=self._on_node, on_pod=self._on_pod, on_contact=self.contact.mark)
+        self.kube.cache = self.caches
+        self.elector = LeaderElector(self.kube, options.lease_namespace, LEASE_NAME, identity=options.identity,
+                                     timing=options.lease_timing, on_contact=self.contact.mark,
+                                     on_started=self.enqueue_all)
+        self.observer = observing.Observer(self.kube, settings, acting=self.acting)
+        self.autoscaler = autoscaling.Autoscaler(self.kube, settings, self.observer.latest, self.request,
+                                                 acting=self.acting)
+        self.synced = threading.Event()
+        self.threads: list[threading.Thread] = []
+        LEADER.set_function(lambda: 1.0 if self.acting() else 0.0)
+        QUEUE_DEPTH.set_function(lambda: float(self.queue.pending()))
+        SYNCED.set_function(lambda: 1.0 if self.synced.is_set() else 0.0)
+
+    # -- who may act -------------------------------------------------------------------------
+    def acting(self) -> bool:
+        return self.synced.is_set() and self.elector.acting()
+
+    def watched(self, namespace: str) -> bool:
+        return not self.options.namespaces or namespace in self.options.namespaces
+
+    # -- triggers: every one only enqueues a key ---------------------------------------------
+    def request(self, namespace: str, name: str) -> None:
+        self.queue.add((namespace, name))
+
+    def enqueue_all(self, spread: float = 0.0) -> None:
+        for item in self.caches.inference_deployments():
+            key = (item["metadata"]["namespace"], item["metadata"]["name"])
+            if spread > 0:
+                self.queue.add_after(key, random.random() * spread)
+            else:
+                self.queue.add(key)
+
+    def _on_infd(self, old: Obj | None, new: Obj | None) -> None:
+        if new is None and old is not None:
+            meta = old["metadata"]
+            operator_metrics.forget(meta["namespace"], meta["name"])
+        elif needs_reconcile(old, new):
+            assert new is not None
+            self.request(new["metadata"]["namespace"], new["metadata"]["name"])
+
+    def _on_child(self, old: Obj | None, new: Obj | None) -> None:
+        meta = (new or old or {}).get("metadata") or {}
+        owner = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+        if owner:
+            self.request(meta.get("namespace", ""), owner)
+
+    def _on_node(self, old: Obj | None, new: Obj | None) -> None:
+        # Before the sync, the enqueue-everything that follows it covers every node seen so far.
+        if self.synced.is_set() and node_material(old) != node_material(new):
+            self._enqueue_planning(all_deployments=True)
+
+    def _on_pod(self, old: Obj | None, new: Obj | None) -> None:
+        if not self.synced.is_set():
+            return
+        owner = pod_owner(new or old or {})
+        if owner is not None and self.watched(owner[0]) and pod_trouble(old) != pod_trouble(new):
+            self.request(*owner)
+        if new is None and old is not None and old.get("spec", {}).get("nodeName"):
+            self._enqueue_planning(all_deployments=False)  # GPUs were freed: unplaced models may fit now
+
+    def _enqueue_planning(self, *, all_deployments: bool) -> None:
+        """Node changes may move any plan; freed GPUs only matter to the unplaced ones. A short
+        delay lets a burst (a node pool joining) collapse into one reconcile per deployment."""
+        for item in self.caches.inference_deployments():
+            if all_deployments or not ((item.get("status") or {}).get("plan") or {}).get("feasible"):
+                self.queue.add_after((item["metadata"]["namespace"], item["metadata"]["name"]), 1.0)
+
+    # -- workers -----------------------------------------------------------------------------
+    def _worker(self) -> None:
+        while not self.stop.is_set():
+            if not self.acting():
+                self.elector.is_leader.wait(1.0)
+                if not self.acting():
+                    self.stop.wait(0.2)
+                continue
+            try:
+                key = self.queue.get(timeout=1.0)
+            except ShutDown:
+                return
+            if key is None:
+                continue
+            try:
+                if not self.acting():  # lost the lease while waiting: leave the key for later
+                    self.queue.add_after(key, 1.0)
+                    continue
+                self._process(key)
+            finally:
+                self.queue.done(key)
+
+    def _process(self, key: Key) -> None:
+        RECONCILES.inc()
+        try:
+            with operator_metrics.RECONCILE_DURATION.labels("reconcile").time():
+                reconciling.reconcile(self.kube, self.settings, *key)
+        except Exception as exc:  # noqa: BLE001 - every failure requeues with backoff
+            self._requeue_after_failure(key, exc)
+        else:
+            self.queue.forget(key)
+
+    def _requeue_after_failure(self, key: Key, exc: Exception) -> None:
+        failures = self.queue.backoff.failures(key)
+        if isinstance(exc, ApiException) and exc.status == 409:
+            # Someone wrote the object since our copy (another loop, a user): redo from the
+            # fresh copy, which the watch delivers within moments. Not an error.
+            self.queue.add_rate_limited(key)
+            log.debug("%s/%s: conflict, reconciling again", *key)
+            return
+        operator_metrics.RECONCILE_ERRORS.labels("reconcile").inc()
+        wait = retry_after(exc)  # HTTP 429/503: the server says when; never sooner than our backoff
+        delay = max(wait, self.queue.backoff.when(key)) if wait is not None else self.queue.backoff.when(key)
+        self.queue.add_after(key, delay)
+        # Bounded: the first failure of a streak says why (a traceback only for what is not an
+        # API answer: that is a bug), then one line per ten retries.
+        if failures == 0 or failures % 10 == 0:
+            detail = f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
+            log.warning("reconcile of %s/%s failed (%d in a row): %s; retrying in %.1f s", *key, failures + 1,
+                        detail, delay, exc_info=failures == 0 and not isinstance(exc, ApiException))
+
+    # -- the process -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Informers, the elector and the health server; workers start once caches synced."""
+        self.threads += self.caches.start(self.stop)
+        self.threads.append(self._thread(self.elector.run, "leader-election", self.stop))
+        checks = {
+            "/healthz": health.liveness(self.contact, self.options.unreachable_limit, lambda: self.threads),
+            "/readyz": health.readiness(self.synced.is_set, self.elector.state),
+        }
+        self.health_server = health.serve(self.settings.health_port, checks)
+        self.threads.append(self._thread(self._after_sync, "startup"))
+
+    def _after_sync(self) -> None:
+        if not wait_for_sync(self.caches.informers, self.stop):
+            return
+        log.info("caches synced: %d InferenceDeployments, %d GPU nodes, %d pods kept",
+                 len(self.caches.inference_deployments()),
+                 sum(1 for n in self.caches.nodes() if "status" in n), len(self.caches.pod_informer))
+        self.synced.set()
+        self.enqueue_all()
+        for index in range(self.options.workers):
+            self.threads.append(self._thread(self._worker, f"worker-{index}"))
+        self.threads.append(self._thread(self._resync, "resync"))
+
+    def _resync(self) -> None:
+        """The level-triggered safety net: every key again, spread over a tenth of the period."""
+        while not self.stop.wait(self.settings.resync_seconds):
+            if self.acting():
+                self.enqueue_all(spread=self.settings.resync_seconds / 10)
+
+    def _thread(self, target: Any, name: str, *args: Any) -> threading.Thread:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        self.queue.shut_down()
+        for thread in self.threads:
+            if thread.name == "leader-election":  # it releases the Lease on its way out
+                thread.join(timeout=5.0)
+        self.health_server.shutdown()
+
+    async def run_loops(self) -> None:
+        """The observer and autoscaler until stopped (they check `acting` themselves)."""
+        tasks = [asyncio.create_task(self.observer.run_forever()), asyncio.create_task(self.autoscaler.run_forever())]
+        operator_metrics.start_server(self.settings.metrics_port)
+        try:
+            await asyncio.to_thread(self.stop.wait)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+
+def run(settings: Settings, options: RunOptions) -> int:
+    manager = Manager(settings, options)
+    manager.start()
+
+    def on_signal(signum: int, _: Any) -> None:
+        log.info("signal %d: stopping", signum)
+        manager.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        asyncio.run(manager.run_loops())
+    finally:
+        manager.shutdown()
+    return 0

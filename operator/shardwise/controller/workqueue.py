@@ -1,0 +1,150 @@
+"""A keyed work queue with client-go's semantics (util/workqueue), for threads.
+
+- `add(key)`: a key waiting in the queue is not added twice (enqueues collapse into one);
+- a key being processed is never handed to a second worker: if it is added meanwhile, it is
+  marked dirty and queued again when `done(key)` is called, so the change is not lost;
+- `add_after(key, delay)` schedules an add; `add_rate_limited(key)` schedules it after the key's
+  own exponential backoff (base * 2^failures, capped, with jitter), `forget(key)` resets that.
+
+One condition variable guards everything; it is never held while a caller does any I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Backoff(Generic[K]):
+    """Per-key exponential backoff: client-go's ItemExponentialFailureRateLimiter plus jitter."""
+
+    def __init__(self, base: float = 0.005, cap: float = 300.0, jitter: float = 0.1,
+                 rand: Callable[[], float] = random.random) -> None:
+        self.base, self.cap, self.jitter = base, cap, jitter
+        self._failures: dict[K, int] = {}
+        self._rand = rand
+        self._lock = threading.Lock()
+
+    def when(self, key: K) -> float:
+        with self._lock:
+            failures = self._failures.get(key, 0)
+            self._failures[key] = failures + 1
+        delay = min(self.cap, self.base * (2 ** min(failures, 62)))
+        return delay * (1 + self.jitter * self._rand())
+
+    def failures(self, key: K) -> int:
+        with self._lock:
+            return self._failures.get(key, 0)
+
+    def forget(self, key: K) -> None:
+        with self._lock:
+            self._failures.pop(key, None)
+
+
+class ShutDown(Exception):
+    """`get` on a queue that was shut down."""
+
+
+class WorkQueue(Generic[K]):
+    def __init__(self, backoff: Backoff[K] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.backoff: Backoff[K] = backoff or Backoff()
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._queue: deque[K] = deque()
+        self._dirty: set[K] = set()  # waiting to be processed (in _queue, or re-added while processing)
+        self._processing: set[K] = set()
+        self._delayed: list[tuple[float, int, K]] = []  # heap of (due, seq, key)
+        self._seq = itertools.count()
+        self._shutdown = False
+        self.adds = 0  # every add call, collapsed or not (for metrics and tests)
+
+    # -- producers ---------------------------------------------------------------------------
+    def add(self, key: K) -> None:
+        with self._cond:
+            self.adds += 1
+            if self._shutdown or key in self._dirty:
+                return
+            self._dirty.add(key)
+            if key not in self._processing:
+                self._queue.append(key)
+                self._cond.notify()
+
+    def add_after(self, key: K, delay: float) -> None:
+        if delay <= 0:
+            self.add(key)
+            return
+        with self._cond:
+            if self._shutdown:
+                return
+            heapq.heappush(self._delayed, (self._clock() + delay, next(self._seq), key))
+            self._cond.notify()
+
+    def add_rate_limited(self, key: K) -> float:
+        delay = self.backoff.when(key)
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: K) -> None:
+        self.backoff.forget(key)
+
+    # -- consumers ---------------------------------------------------------------------------
+    def get(self, timeout: float | None = None) -> K | None:
+        """The next key to process (marked processing until `done`); None on timeout."""
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._cond:
+            while True:
+                self._promote_due()
+                if self._queue:
+                    key = self._queue.popleft()
+                    self._processing.add(key)
+                    self._dirty.discard(key)
+                    return key
+                if self._shutdown:
+                    raise ShutDown()
+                wait = None if deadline is None else deadline - self._clock()
+                if self._delayed:
+                    until_due = self._delayed[0][0] - self._clock()
+                    wait = until_due if wait is None else min(wait, until_due)
+                if wait is not None and wait <= 0:
+                    if deadline is not None and self._clock() >= deadline:
+                        return None
+                    continue
+                self._cond.wait(wait)
+
+    def done(self, key: K) -> None:
+        with self._cond:
+            self._processing.discard(key)
+            if key in self._dirty:  # added again while it was processed: run it once more
+                self._queue.append(key)
+                self._cond.notify()
+
+    def shut_down(self) -> None:
+        with self._cond:
+            self._shutdown = True
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    def pending(self) -> int:
+        """Keys queued, processing or scheduled: zero means nothing is left to do."""
+        with self._cond:
+            return len(self._queue) + len(self._processing) + len(self._delayed)
+
+    def _promote_due(self) -> None:
+        now = self._clock()
+        while self._delayed and self._delayed[0][0] <= now:
+            _, _, key = heapq.heappop(self._delayed)
+            if key not in self._dirty:
+                self._dirty.add(key)
+                if key not in self._processing:
+                    self._queue.append(key)

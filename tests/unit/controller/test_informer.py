@@ -1,0 +1,147 @@
+"""The informer against a scripted API: paginated list, relist replaces, 410, own writes."""
+
+import threading
+from typing import Any
+
+from shardwise.controller.cache import Caches, parse_selector, slim_node, slim_pod
+from shardwise.controller.informer import Informer
+from shardwise.controller.kube import ApiException
+
+
+def obj(name: str, rv: int, ns: str = "ns", **extra: Any) -> dict:
+    return {"metadata": {"name": name, "namespace": ns, "resourceVersion": str(rv), "managedFields": [{"x": 1}]},
+            **extra}
+
+
+class ScriptedKube:
+    """Lists come from `lists` (each a list of pages); watches from `watches` (each a list of
+    events, or an exception to raise). Stops the informer when the script runs out."""
+
+    def __init__(self, lists: list[list[dict]], watches: list[Any], stop: threading.Event) -> None:
+        self.lists, self.watches, self.stop = lists, watches, stop
+        self.requests: list[dict] = []
+
+    def request(self, method: str, path: str, *, query: dict | None = None, **_: Any) -> dict:
+        self.requests.append(dict(query or {}))
+        pages = self.lists[0]
+        index = int((query or {}).get("continue") or 0)
+        page = dict(pages[index])
+        if index + 1 < len(pages):
+            page["metadata"] = {**page.get("metadata", {}), "continue": str(index + 1)}
+        else:
+            self.lists.pop(0)
+        return page
+
+    def watch(self, path: str, query: dict, timeout_s: float):
+        self.requests.append(dict(query, watch=True))
+        if not self.watches:
+            self.stop.set()
+            return
+        step = self.watches.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        yield from step
+
+
+def run(informer: Informer, stop: threading.Event) -> None:
+    thread = threading.Thread(target=informer.run, args=(stop,))
+    thread.start()
+    thread.join(timeout=20)
+    assert not thread.is_alive()
+
+
+def test_paginated_list_then_watch_and_a_relist_after_410_drops_what_is_gone() -> None:
+    stop = threading.Event()
+    changes: list[tuple] = []
+    kube = ScriptedKube(
+        lists=[[{"items": [obj("a", 1)], "metadata": {}}, {"items": [obj("b", 2)], "metadata": {"resourceVersion": "5"}}],
+               [{"items": [obj("a", 1), obj("c", 9)], "metadata": {"resourceVersion": "10"}}]],
+        watches=[[{"type": "MODIFIED", "object": obj("a", 6)}, {"type": "BOOKMARK", "object": obj("", 7)},
+                  {"type": "ERROR", "object": {"code": 410, "message": "too old"}}],
+                 [{"type": "ADDED", "object": obj("d", 11)}]],
+        stop=stop)
+    informer = Informer(kube, "things", "/x", label_selector="l", page_size=1,  # type: ignore[arg-type]
+                        on_change=lambda old, new: changes.append((old and old["metadata"]["name"],
+                                                                   new and new["metadata"]["resourceVersion"])))
+    run(informer, stop)
+    assert informer.synced.is_set()
+    assert sorted(o["metadata"]["name"] for o in informer.items()) == ["a", "c", "d"]  # b is gone after the relist
+    assert "managedFields" not in informer.get(("ns", "a"))["metadata"]
+    assert informer.get(("ns", "a"))["metadata"]["resourceVersion"] == "1"  # the relist's copy
+    lists = [q for q in kube.requests if "watch" not in q]
+    assert [q.get("limit") for q in lists] == [1, 1, 1] and lists[1]["continue"] == "1"
+    assert all(q["labelSelector"] == "l" for q in kube.requests)
+    watches = [q for q in kube.requests if "watch" in q]
+    assert watches[0]["resourceVersion"] == "5" and watches[1]["resourceVersion"] == "10"
+    assert (None, "1") in changes and ("a", "6") in changes and ("b", None) in changes and (None, "11") in changes
+
+
+def test_own_writes_are_stored_at_once_and_their_watch_event_changes_nothing() -> None:
+    changes: list = []
+    informer = Informer(None, "things", "/x", on_change=lambda old, new: changes.append(new))  # type: ignore[arg-type]
+    informer.replace([obj("a", 1)])
+    changes.clear()
+    informer.observe_write(obj("a", 5))
+    assert informer.get(("ns", "a"))["metadata"]["resourceVersion"] == "5"
+    informer.apply_event("MODIFIED", obj("a", 5))  # the same version from the watch: not a change
+    informer.apply_event("MODIFIED", obj("a", 3))  # an older one arriving late: ignored
+    assert changes == [] and informer.get(("ns", "a"))["metadata"]["resourceVersion"] == "5"
+    informer.apply_event("DELETED", obj("a", 6))
+    assert informer.get(("ns", "a")) is None and changes == [None]
+
+
+def test_errors_back_off_and_an_optional_kind_that_is_not_installed_syncs_empty() -> None:
+    stop = threading.Event()
+
+    class Missing(ScriptedKube):
+        def request(self, *args: Any, **kwargs: Any) -> dict:
+            self.stop.set()  # one attempt is enough to see the outcome
+            raise ApiException(status=404, reason="Not Found")
+
+    informer = Informer(Missing([], [], stop), "lws", "/x", optional=True)  # type: ignore[arg-type]
+    run(informer, stop)
+    assert informer.synced.is_set() and informer.items() == [] and not informer.installed
+
+
+def test_slim_forms_keep_what_planning_and_status_read_and_drop_the_rest() -> None:
+    gpu = {"metadata": {"name": "g", "labels": {"nvidia.com/gpu.product": "X"}, "annotations": {"big": "x"}},
+           "status": {"allocatable": {"nvidia.com/gpu": "8"}, "images": ["a"] * 10,
+                      "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "t"},
+                                     {"type": "MemoryPressure"}]}}
+    slim = slim_node(gpu)
+    assert "annotations" not in slim["metadata"] and "images" not in slim["status"]
+    assert slim["status"]["conditions"] == [{"type": "Ready", "status": "True", "reason": None}]
+    assert slim_node({"metadata": {"name": "cpu"}, "status": {"allocatable": {"cpu": "8"}}}) == {
+        "metadata": {"name": "cpu", "resourceVersion": None}}
+
+    def pod(gpus: int, labels: dict | None = None) -> dict:
+        return {"metadata": {"name": "p", "namespace": "ns", "labels": labels or {}},
+                "spec": {"nodeName": "g", "containers": [{"name": "c", "image": "i", "env": [{"name": "A"}],
+                                                          "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+                "status": {"phase": "Running", "podIP": "1.2.3.4", "conditions": [{"type": "Ready"}]}}
+
+    assert slim_pod(pod(0)) is None
+    kept = slim_pod(pod(2))
+    assert kept["spec"]["containers"] == [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+    assert "podIP" not in kept["status"]
+    ours = slim_pod(pod(0, {"shardwise.io/inference-deployment": "m"}))
+    assert ours["status"]["podIP"] == "1.2.3.4" and ours["status"]["conditions"] == [{"type": "Ready"}]
+
+
+def test_cached_reads_by_kind_namespace_and_label_selector() -> None:
+    caches = Caches(None, ["a", "b"])  # type: ignore[arg-type]
+    infd = caches._informer("shardwise.io/v1alpha1", "InferenceDeployment", "a")
+    infd.replace([obj("m", 1, ns="a", status={"x": 1})])
+    copy = caches.get("shardwise.io/v1alpha1", "InferenceDeployment", "a", "m")
+    copy["status"]["x"] = 2  # callers get a copy of the object they build updates from
+    assert caches.get("shardwise.io/v1alpha1", "InferenceDeployment", "a", "m")["status"]["x"] == 1
+    assert not caches.holds("shardwise.io/v1alpha1", "InferenceDeployment", "elsewhere")
+    label = {"shardwise.io/inference-deployment": "m", "role": "leader"}
+    caches.pod_informer.replace([
+        {"metadata": {"name": "p1", "namespace": "a", "labels": label, "resourceVersion": "1"}},
+        {"metadata": {"name": "p2", "namespace": "a", "labels": {**label, "role": "worker"}, "resourceVersion": "1"}},
+        {"metadata": {"name": "p3", "namespace": "b", "labels": label, "resourceVersion": "1"}},
+    ])
+    found = caches.pods("a", "shardwise.io/inference-deployment=m,role=leader")
+    assert [p["metadata"]["name"] for p in found] == ["p1"]
+    assert parse_selector("a=b, c==d") == {"a": "b", "c": "d"}

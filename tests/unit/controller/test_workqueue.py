@@ -1,0 +1,96 @@
+"""The work queue's client-go semantics, single-threaded where possible, one real thread race."""
+
+import threading
+
+from shardwise.controller.workqueue import Backoff, WorkQueue
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_repeated_adds_collapse_and_order_is_kept() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    for key in ("a", "b", "a", "a", "c", "b"):
+        q.add(key)
+    assert [q.get(timeout=0), q.get(timeout=0), q.get(timeout=0)] == ["a", "b", "c"]
+    assert q.get(timeout=0) is None
+
+
+def test_a_key_being_processed_is_not_handed_out_again_but_runs_once_more_after_done() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    assert q.get(timeout=0) == "a"
+    q.add("a")
+    q.add("a")
+    assert q.get(timeout=0) is None  # still processing: a second worker must not get it
+    q.done("a")
+    assert q.get(timeout=0) == "a"  # the adds made meanwhile collapse into one more run
+    q.done("a")
+    assert q.get(timeout=0) is None and q.pending() == 0
+
+
+def test_add_after_waits_for_its_time_and_collapses_with_a_queued_key() -> None:
+    clock = Clock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
+    q.add_after("a", 5.0)
+    assert q.get(timeout=0) is None
+    clock.now = 5.0
+    assert q.get(timeout=0) == "a"
+    q.done("a")
+    q.add("b")
+    q.add_after("b", 1.0)
+    clock.now = 7.0
+    assert q.get(timeout=0) == "b"
+    q.done("b")
+    assert q.get(timeout=0) is None
+
+
+def test_backoff_grows_per_key_is_capped_jittered_and_forgotten() -> None:
+    backoff: Backoff[str] = Backoff(base=0.01, cap=1.0, jitter=0.1, rand=lambda: 1.0)
+    delays = [backoff.when("a") for _ in range(10)]
+    assert delays[:3] == [0.01 * 1.1, 0.02 * 1.1, 0.04 * 1.1]
+    assert max(delays) == 1.0 * 1.1  # the cap, plus at most the jitter
+    assert backoff.when("b") == 0.01 * 1.1  # other keys are not slowed
+    backoff.forget("a")
+    assert backoff.when("a") == 0.01 * 1.1
+
+
+def test_workers_never_process_one_key_at_once() -> None:
+    q: WorkQueue[int] = WorkQueue()
+    active: set[int] = set()
+    overlaps: list[int] = []
+    guard = threading.Lock()
+    processed = [0]
+
+    def worker() -> None:
+        while True:
+            key = q.get(timeout=0.5)
+            if key is None:
+                return
+            with guard:
+                if key in active:
+                    overlaps.append(key)
+                active.add(key)
+            for _ in range(200):
+                pass
+            with guard:
+                active.discard(key)
+                processed[0] += 1
+            q.done(key)
+
+    for i in range(2000):
+        q.add(i % 7)
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for i in range(2000):
+        q.add(i % 7)
+    for t in threads:
+        t.join()
+    assert overlaps == []
+    assert 7 <= processed[0] <= 4000 and q.pending() == 0
