@@ -18,8 +18,11 @@ not a quote. Sources (checked 2026):
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
+
+from shardwise.api import v1alpha1 as api
 
 # USD per GPU-hour, keyed by canonical GFD product string (see the module docstring for sources).
 DEFAULT_GPU_HOUR_USD: Mapping[str, float] = {
@@ -40,6 +43,11 @@ DEFAULT_GPU_HOUR_USD: Mapping[str, float] = {
 # known products stay meaningful and the unknown one is flagged by its "default" source.
 UNKNOWN_GPU_HOUR_USD = 2.00
 
+# No GPU-hour costs this much (a GB200 rents for a few dollars): a price above it is a typo or a
+# unit mix-up (cents, per month), and would make every cost figure meaningless. The CRD's price
+# pattern allows the same digits.
+MAX_GPU_HOUR_USD = 10.0**api.GPU_HOUR_USD_INTEGER_DIGITS
+
 _SHARING_SUFFIX = re.compile(r"-(SHARED|MIG-.*)$", re.IGNORECASE)
 _VENDOR_PREFIX = re.compile(r"^(NVIDIA|TESLA)-", re.IGNORECASE)
 
@@ -56,24 +64,54 @@ def normalize_product(product: str) -> str:
 
 
 def _lookup(product: str, table: Mapping[str, float]) -> float | None:
+    """The table's valid price for `product`; an invalid entry counts as no entry."""
     if product in table:
-        return float(table[product])
+        return _valid_or_none(table[product])
     wanted = normalize_product(product)
     for name in sorted(table):
         if normalize_product(name) == wanted:
-            return float(table[name])
+            return _valid_or_none(table[name])
     return None
 
 
+def _valid_or_none(value: object) -> float | None:
+    try:
+        return parse_price(value)  # type: ignore[arg-type]
+    except ValueError:
+        return None
+
+
 def parse_price(value: str | float | int) -> float:
-    """Parse a price written as a number or a string such as "2.49" or "$2.49"."""
-    if isinstance(value, bool):
+    """Parse a price written as a number or a string such as "2.49" or "$2.49".
+
+    Raises ValueError, with a sentence, for anything that is not a finite price from 0 to
+    MAX_GPU_HOUR_USD: NaN, infinities and negative prices would reach every cost figure.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"not a price: {value!r}")
     text = str(value).strip().lstrip("$")
-    price = float(text)
-    if not price >= 0 or price == float("inf"):
-        raise ValueError(f"price must be a finite number >= 0, got {value!r}")
+    try:
+        price = float(text)
+    except ValueError:
+        raise ValueError(f"not a price: {value!r}") from None
+    if not 0 <= price <= MAX_GPU_HOUR_USD:  # also rejects NaN
+        raise ValueError(
+            f"price must be a number from 0 to {MAX_GPU_HOUR_USD:g} USD per GPU-hour, got {value!r}"
+        )
     return price
+
+
+def price_table(raw: Mapping[object, object]) -> tuple[dict[str, float], list[str]]:
+    """A pricing table (GFD product -> USD per GPU-hour) from raw data, and a sentence per entry
+    left out because its price is not a valid one."""
+    prices: dict[str, float] = {}
+    problems: list[str] = []
+    for product, value in raw.items():
+        try:
+            prices[str(product)] = parse_price(value)  # type: ignore[arg-type]
+        except ValueError as error:
+            problems.append(f"{product}: {error}; ignored")
+    return prices, problems
 
 
 def resolve_gpu_hour_price(

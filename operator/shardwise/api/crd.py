@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from shardwise.api import names
 from shardwise.api import v1alpha1 as api
 
 _DROP = {"title"}
@@ -106,6 +107,8 @@ def build_crd() -> dict[str, Any]:
                             "description": "An LLM served by vLLM on GPUs, with tensor/pipeline parallelism "
                             "planned by shardwise from the cluster's GPU topology.",
                             "required": ["spec"],
+                            # The name rule: every child name and label value derived from it valid.
+                            "x-kubernetes-validations": names.admission_rules(),
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},

@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from shardwise.api.names import MAX_REPLICAS
+
 GROUP = "shardwise.io"
 VERSION = "v1alpha1"
 KIND = "InferenceDeployment"
@@ -23,7 +25,12 @@ CATEGORIES = ["shardwise"]
 
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.32.0"
 DURATION_PATTERN = r"^[0-9]+(\.[0-9]+)?(ms|s|m)$"
-USD_PATTERN = r"^[0-9]+(\.[0-9]{1,4})?$"
+# Prices below 10^4 USD per GPU-hour (pricing.MAX_GPU_HOUR_USD reads the same digit count).
+GPU_HOUR_USD_INTEGER_DIGITS = 4
+USD_PATTERN = rf"^[0-9]{{1,{GPU_HOUR_USD_INTEGER_DIGITS}}}(\.[0-9]{{1,4}})?$"
+# A million parameters is no language model; a quadrillion is a thousand times the largest today.
+MIN_PARAMETERS = 1_000_000
+MAX_PARAMETERS = 10**15
 
 
 def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
@@ -61,12 +68,15 @@ class Objective(str, Enum):
 class Architecture(_Model):
     """Shape of a model the built-in catalog does not know, or overrides for one it does."""
 
-    parameters: int | None = Field(None, ge=1, description="Total parameter count, e.g. 70553706496.")
+    parameters: int | None = Field(
+        None, ge=MIN_PARAMETERS, le=MAX_PARAMETERS, description="Total parameter count, e.g. 70553706496."
+    )
     activeParameters: int | None = Field(
-        None, ge=1, description="Parameters active per token (mixture-of-experts); defaults to parameters."
+        None, ge=MIN_PARAMETERS, le=MAX_PARAMETERS,
+        description="Parameters active per token (mixture-of-experts); defaults to parameters.",
     )
     layers: int | None = Field(None, ge=1, le=1024, description="Number of transformer layers (num_hidden_layers).")
-    hiddenSize: int | None = Field(None, ge=1, description="Hidden size (hidden_size).")
+    hiddenSize: int | None = Field(None, ge=1, le=131_072, description="Hidden size (hidden_size).")
     attentionHeads: int | None = Field(None, ge=1, le=1024, description="Attention heads (num_attention_heads).")
     kvHeads: int | None = Field(None, ge=1, le=1024, description="Key/value heads (num_key_value_heads).")
     headDim: int | None = Field(None, ge=1, le=4096, description="Dimension of one attention head (head_dim).")
@@ -117,7 +127,8 @@ class ServingSpec(_Model):
         16, ge=1, le=4096, description="Requests served at once per replica (vLLM --max-num-seqs); sizes the KV cache."
     )
     gpuMemoryUtilization: float = Field(
-        0.9, gt=0.0, le=0.99, description="Fraction of each GPU's memory vLLM may use (--gpu-memory-utilization)."
+        # The planner reads these bounds too (shardwise.api.bounds): below 5% no model's weights fit.
+        0.9, ge=0.05, le=0.99, description="Fraction of each GPU's memory vLLM may use (--gpu-memory-utilization)."
     )
     image: str = Field(DEFAULT_IMAGE, min_length=1, description="Container image running `vllm serve`.")
     extraArgs: list[Annotated[str, StringConstraints(min_length=1, max_length=1024)]] = Field(
@@ -196,8 +207,8 @@ class SLOSpec(_Model):
 
 
 class AutoscalingSpec(_Model):
-    minReplicas: int = Field(1, ge=0, le=1000, description="Fewest replicas; 0 needs allowScaleToZero.")
-    maxReplicas: int = Field(..., ge=1, le=1000, description="Most replicas shardwise may run.")
+    minReplicas: int = Field(1, ge=0, le=MAX_REPLICAS, description="Fewest replicas; 0 needs allowScaleToZero.")
+    maxReplicas: int = Field(..., ge=1, le=MAX_REPLICAS, description="Most replicas shardwise may run.")
     slo: SLOSpec = Field(..., description="Latency targets shardwise keeps the observed p95s under.")
     allowScaleToZero: bool = Field(
         False, description="Allow minReplicas 0; the first request after idling waits for a cold start (minutes)."
@@ -250,7 +261,7 @@ class InferenceDeploymentSpec(_Model):
         default_factory=ParallelismSpec, description="How the planner chooses tensor/pipeline parallelism.", **_EMPTY
     )
     placement: PlacementSpec = Field(default_factory=PlacementSpec, description="Where serving pods may run.", **_EMPTY)
-    replicas: int = Field(1, ge=0, le=1000, description="Serving replicas when autoscaling is off.")
+    replicas: int = Field(1, ge=0, le=MAX_REPLICAS, description="Serving replicas when autoscaling is off.")
     autoscaling: AutoscalingSpec | None = Field(
         None, description="Scale replicas to keep latency under SLOs; spec.replicas is then ignored."
     )

@@ -60,6 +60,8 @@ _MAX_GAP_PERIODS = 2.5
 # A queue that empties before a replica added now could start serving is the tail of a surge
 # already absorbed. Startup is measured from history; this is the floor when none is on record.
 _DRAIN_PERIODS = 2.0
+# More replicas than any cluster runs: a recommendation beyond it is reported as the bound + 1.
+_ASTRONOMIC_REPLICAS = 1_000_000
 
 
 class Direction(str, enum.Enum):
@@ -124,6 +126,7 @@ def decide(
     now: float,
 ) -> Decision:
     """Desired replicas for this evaluation; see the module docstring for the algorithm."""
+    observation = observation_mod.sanitized(observation)
     current = observation.current_replicas
     max_gap_s = _MAX_GAP_PERIODS * policy.evaluation_period_s
     proposal = _propose(policy, observation, history, now, max_gap_s)
@@ -201,7 +204,8 @@ def _propose(
         return _Proposal(current, f"{driver.compare('>')} but {queue}", driver.key)
     if driver is not None:
         cause = f"{driver.compare('>')} {periods(driver.key)}"
-        return _Proposal(math.ceil(current * driver.ratio), cause, driver.key)
+        return _Proposal(_replicas_up_to(current * driver.ratio, policy.max_replicas), cause,
+                         driver.key)
     if not obs.has_traffic and worst is None:
         if current <= policy.min_replicas:
             return _Proposal(current, f"no traffic; at minReplicas {policy.min_replicas}")
@@ -218,10 +222,21 @@ def _drain_s(
     obs: observation_mod.Observation, previous: history_mod.Record | None, now: float
 ) -> float | None:
     """Seconds until the queue empties at its current drain rate; None unless it is draining."""
-    if previous is None or not obs.waiting < previous.waiting:
+    if previous is None or not obs.waiting < previous.waiting or not now > previous.at:
         return None
     rate = (previous.waiting - obs.waiting) / (now - previous.at)
-    return obs.waiting / rate
+    if not rate > 0:  # a difference of denormals underflows to zero
+        return None
+    seconds = obs.waiting / rate
+    return seconds if math.isfinite(seconds) else None
+
+
+def _replicas_up_to(wanted: float, ceiling: int, slack: float = 0.0) -> int:
+    """ceil(wanted - slack); `ceiling` + 1 for an infinite or astronomic wish (beyond any count a
+    cluster runs), which the clamps that follow cut to the bound anyway, so nothing overflows."""
+    if not wanted - slack <= max(ceiling, _ASTRONOMIC_REPLICAS):  # also +inf and NaN
+        return ceiling + 1
+    return max(0, math.ceil(wanted - slack))
 
 
 def _propose_down(
@@ -235,7 +250,9 @@ def _propose_down(
     kv = obs.kv_cache_usage or 0.0
     target = policy.target_utilization
     needed = max([s.replicas_for(current, target) for s in latency] + [current * kv / target])
-    projected = min(current, max(1, math.ceil(needed - 1e-9)))
+    # Infinite when an idle replica's latency already exceeds the target utilisation of its SLO:
+    # no count is low enough, so the count holds.
+    projected = min(current, max(1, _replicas_up_to(needed, current, slack=1e-9)))
     worst = max(latency, key=lambda s: s.ratio)
     measured = worst.share() + (f", KV cache {kv:.0%}" if obs.kv_cache_usage is not None else "")
 

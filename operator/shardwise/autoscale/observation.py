@@ -42,3 +42,43 @@ class Observation:
     def has_traffic(self) -> bool:
         """Whether anything was asked of the model in the window."""
         return self.requests_per_second > 0 or self.waiting > 0 or self.running > 0
+
+
+# Beyond these a figure is a broken exporter, not load: vLLM caps a server's queue far lower, and no
+# request waits a day for its first token.
+_MAX_COUNT = 1e9
+_MAX_LATENCY_MS = 86_400_000.0
+
+
+def _latency(value: float | None) -> float | None:
+    return value if value is not None and 0 <= value <= _MAX_LATENCY_MS else None
+
+
+def _amount(value: float) -> float:
+    return value if 0 <= value <= _MAX_COUNT else 0.0  # also NaN
+
+
+def sanitized(obs: Observation) -> Observation:
+    """`obs` with every figure a decision can use: a non-finite, negative or absurd latency or KV
+    usage is treated as not measured, such a count as zero, a negative replica count as zero.
+
+    The collector already drops such values from scrapes; this keeps decide() total over any input
+    (an Observation built by hand, a status edited by someone else).
+    """
+    kv = obs.kv_cache_usage
+    return dataclasses.replace(
+        obs,
+        current_replicas=max(0, obs.current_replicas),
+        replicas_ready=max(0, obs.replicas_ready),
+        replicas_starting=max(0, obs.replicas_starting),
+        ttft_p95_ms=_latency(obs.ttft_p95_ms),
+        itl_p95_ms=_latency(obs.itl_p95_ms),
+        e2e_p95_ms=_latency(obs.e2e_p95_ms),
+        itl_floor_ms=_latency(obs.itl_floor_ms),
+        waiting=_amount(obs.waiting),
+        running=_amount(obs.running),
+        requests_per_second=_amount(obs.requests_per_second),
+        kv_cache_usage=kv if kv is not None and 0 <= kv <= 1 else None,
+        capacity_replicas=(None if obs.capacity_replicas is None
+                           else max(0, obs.capacity_replicas)),
+    )

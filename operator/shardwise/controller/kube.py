@@ -16,6 +16,7 @@ from urllib.parse import quote
 from kubernetes import client, config
 from kubernetes.watch.watch import iter_resp_lines
 
+from shardwise import pricing
 from shardwise.api import v1alpha1 as api
 from shardwise.render.labels import FIELD_MANAGER
 
@@ -137,12 +138,9 @@ class Kube:
     def pricing_table(self, namespace: str, configmap: str) -> dict[str, float]:
         """The cluster pricing table: a ConfigMap keyed by GFD product string, $ per GPU-hour."""
         cm = self.get("v1", "ConfigMap", namespace, configmap)
-        prices: dict[str, float] = {}
-        for product, value in ((cm or {}).get("data") or {}).items():
-            try:
-                prices[product] = float(value)
-            except ValueError:
-                log.warning("pricing ConfigMap %s: %s=%r is not a number; ignored", configmap, product, value)
+        prices, problems = pricing.price_table((cm or {}).get("data") or {})
+        for problem in problems:
+            log.warning("pricing ConfigMap %s: %s", configmap, problem)
         return prices
 
     def list_inference_deployments(self) -> list[dict[str, Any]]:

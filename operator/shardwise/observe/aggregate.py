@@ -153,6 +153,8 @@ def _reset_reason(before: Sample, after: Sample) -> str | None:
             continue
         if h.count < old.count:
             return f"{name} count went backwards ({old.count:g} -> {h.count:g})"
+        if h.sum < old.sum:  # observed latencies are never negative: only a restart lowers it
+            return f"{name} sum went backwards ({old.sum:g} -> {h.sum:g})"
         if [b for b, _ in h.buckets] != [b for b, _ in old.buckets]:
             return f"{name} bucket bounds changed"
         if any(n < o for (_, n), (_, o) in zip(h.buckets, old.buckets, strict=True)):
@@ -229,7 +231,12 @@ def _mean_ms(deltas: Delta, name: str) -> float | None:
     h = deltas.histograms.get(name)
     if h is None or h.count <= 0:
         return None
-    return h.sum / h.count * 1000.0
+    return _finite(h.sum / h.count * 1000.0)
+
+
+def _finite(value: float | None) -> float | None:
+    """A figure for the status, or None: a ratio of tiny numbers may still overflow."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def summarize(
@@ -240,16 +247,16 @@ def summarize(
     Rates are the sum of each delta's own rate; deltas without `seconds` add to the counts only.
     """
     total = merge(deltas)
-    timed = [(d.seconds, d.counters) for d in deltas if d.seconds]
+    timed = [(d.seconds, d.counters) for d in deltas if d.seconds and d.seconds > 0]
 
     def rate(name: str) -> float | None:
         if not timed:
             return None
-        return sum(counters.get(name, 0.0) / seconds for seconds, counters in timed)
+        return _finite(sum(counters.get(name, 0.0) / seconds for seconds, counters in timed))
 
     def gauge_sum(name: str) -> float | None:
         values = [g[name] for g in gauges if name in g]
-        return sum(values) if values else None
+        return _finite(sum(values)) if values else None
 
     kv = [g[parse.KV_CACHE_USAGE] for g in gauges if parse.KV_CACHE_USAGE in g]
     return Summary(

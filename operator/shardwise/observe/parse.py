@@ -38,6 +38,16 @@ KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 GAUGES = (RUNNING, WAITING, KV_CACHE_USAGE)
 
 
+# Plausible values. A sample outside them (NaN, an infinity, a negative count, a bucket bound of
+# 1e308 s) comes from a broken or relabelled exporter: it is treated as missing, and Sample.ignored
+# says so, rather than turned into negative rates or infinite quantiles. vLLM's buckets stop at
+# about two hours; a count of 1e15 is decades of a busy server.
+MAX_BUCKET_BOUND_S = 1e6
+MAX_COUNT = 1e15
+_GAUGE_RANGES = {RUNNING: (0.0, 1e9), WAITING: (0.0, 1e9), KV_CACHE_USAGE: (0.0, 1.0)}
+_CREATED_RANGE = (0.0, 1e12)  # a Unix timestamp, seconds
+
+
 class MetricsError(ValueError):
     """A scrape that cannot be turned into a Sample."""
 
@@ -75,6 +85,8 @@ class Sample:
     counters: Mapping[str, float]
     gauges: Mapping[str, float]
     created: Mapping[str, float]
+    # Why series were left out as missing (an implausible value), one sentence each.
+    ignored: tuple[str, ...] = ()
 
 
 def _created_name(name: str) -> str:
@@ -162,35 +174,70 @@ def parse(text: str) -> Sample:
     gauges: dict[str, float] = {}
     created: dict[str, float] = {}
     models: set[str] = set()
+    seen: set[str] = set()  # series present, whatever their values
+    has_inf: set[str] = set()  # histograms with a +Inf bucket line
+    bad: dict[str, str] = {}  # series -> why its value is unusable
     for name, labels, value in _samples(lines):
         if "model_name" in labels:
             models.add(labels["model_name"])
         if name.endswith("_bucket"):
-            per_le = buckets[name.removesuffix("_bucket")]
+            key = name.removesuffix("_bucket")
+            seen.add(key)
             le = _upper_bound(labels.get("le"), name)
+            if le == math.inf:
+                has_inf.add(key)
+            elif not 0 <= le <= MAX_BUCKET_BOUND_S:  # also NaN
+                # A bucket bound that is no latency; the cumulative counts above still hold it.
+                bad.setdefault(f"{name}{{le={labels.get('le')!r}}}", "bucket bound is not a latency")
+                continue
+            if _implausible(value, 0.0, MAX_COUNT):
+                bad.setdefault(key, f"bucket le={labels.get('le')} has count {value!r}")
+                continue
+            per_le = buckets[key]
             per_le[le] = per_le.get(le, 0.0) + value
-        elif name.endswith("_sum"):
-            key = name.removesuffix("_sum")
-            sums[key] = sums.get(key, 0.0) + value
-        elif name.endswith("_count"):
-            key = name.removesuffix("_count")
-            counts[key] = counts.get(key, 0.0) + value
+        elif name.endswith("_sum") or name.endswith("_count"):
+            key, part = name.rsplit("_", 1)
+            if part == "count":
+                seen.add(key)
+            if _implausible(value, 0.0, MAX_COUNT):
+                bad.setdefault(key, f"_{part} is {value!r}")
+                continue
+            into = sums if part == "sum" else counts
+            into[key] = into.get(key, 0.0) + value
         elif name in _CREATED_OF:
+            if _implausible(value, *_CREATED_RANGE):
+                bad.setdefault(name, f"is {value!r}")
+                continue
             key = _CREATED_OF[name]
             created[key] = min(created.get(key, value), value)
         elif name in GAUGES:
+            seen.add(name)
+            if _implausible(value, *_GAUGE_RANGES[name]):
+                bad.setdefault(name, f"is {value!r}")
+                continue
             gauges[name] = gauges.get(name, 0.0) + value
         else:
+            seen.add(name)
+            if _implausible(value, 0.0, MAX_COUNT):
+                bad.setdefault(name, f"is {value!r}")
+                continue
             counters[name] = counters.get(name, 0.0) + value
-    missing = [n for n in HISTOGRAMS if not buckets[n] or n not in counts]
-    missing += [n for n in COUNTERS + GAUGES if n not in counters and n not in gauges]
+    missing = [n for n in HISTOGRAMS + COUNTERS + GAUGES if n not in seen]
     if missing:
         raise NotVllmMetrics(f"vLLM series missing: {', '.join(missing)}")
+    for name in HISTOGRAMS:
+        if name not in has_inf:
+            raise NotVllmMetrics(f"{name} has no +Inf bucket")
     histograms = {}
     for name in HISTOGRAMS:
+        if name in bad or name not in counts or math.inf not in buckets[name]:
+            bad.setdefault(name, "incomplete")  # a histogram is whole or missing
+            continue
+        # Engines summed: a sum over several engines could still exceed the limits.
+        if sums.get(name, 0.0) > MAX_COUNT or counts[name] > MAX_COUNT:
+            bad[name] = "sum or count beyond any plausible value"
+            continue
         ordered = tuple(sorted(buckets[name].items()))
-        if not math.isinf(ordered[-1][0]):
-            raise NotVllmMetrics(f"{name} has no +Inf bucket")
         histograms[name] = Histogram(ordered, sums.get(name, 0.0), counts[name])
     return Sample(
         model_name=",".join(sorted(models)),
@@ -198,7 +245,12 @@ def parse(text: str) -> Sample:
         counters=counters,
         gauges=gauges,
         created=created,
+        ignored=tuple(f"{name} {why}: treated as missing" for name, why in sorted(bad.items())),
     )
+
+
+def _implausible(value: float, low: float, high: float) -> bool:
+    return not low <= value <= high  # also NaN
 
 
 def _upper_bound(le: str | None, name: str) -> float:

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from shardwise import planner
+from shardwise import planner, pricing
 from shardwise.planner import plans
 
 EXIT_FEASIBLE = 0
@@ -117,10 +117,10 @@ def _prices(path: str | None) -> dict[str, float] | None:
     table = docs[0] if docs else {}
     if not isinstance(table, Mapping):
         raise _InputError(f"--prices: {path} must map GPU product to USD per GPU-hour")
-    try:
-        return {str(k): float(v) for k, v in table.items()}
-    except (TypeError, ValueError):
-        raise _InputError(f"--prices: {path} has a price that is not a number") from None
+    prices, problems = pricing.price_table(table)
+    if problems:
+        raise _InputError(f"--prices: {path}: {problems[0]}")
+    return prices
 
 
 def _table(result: plans.Plan) -> str:

@@ -15,10 +15,12 @@ unlabelled, because planning TP across GPUs that might not share NVLink is the c
 from __future__ import annotations
 
 import functools
+import logging
+import math
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from shardwise.planner import gpus, placement
 
@@ -35,6 +37,15 @@ _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 # NVLink bandwidth for a node labelled as NVLink-connected whose GPU the catalog knows without it
 # (or not at all) and that has no bandwidth label: a 2-GPU bridge's worth, a conservative guess.
 _FALLBACK_NVLINK_GBPS = 200.0
+# Plausible ranges of label and resource values. A value outside (negative, non-finite, or absurd,
+# like a gpu.count of 2^32) is treated as missing, with a debug log saying so: one broken label
+# must neither crash planning nor make it enumerate billions of layouts. A Kubernetes node has at
+# most 16 GPUs today; 128 leaves room without letting the search blow up.
+MAX_GPUS_PER_NODE = 128
+_MAX_GPU_MEMORY_MIB = 1 << 21  # 2 TiB per GPU; a B200 has 180 GiB
+_NVLINK_GBPS_RANGE = (1.0, 100_000.0)  # NVLink 5 is 1,800 GB/s per GPU
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,30 @@ def _count_text(value: str) -> int | None:
         return None
 
 
+def _count_within(value: Any, low: int, high: int, what: str) -> int | None:
+    """`_count`, or None (logged) when outside [low, high]."""
+    count = _count(value)
+    if count is not None and not low <= count <= high:
+        log.debug("%s=%r is outside %d..%d; treated as missing", what, value, low, high)
+        return None
+    return count
+
+
+def _gbps(value: Any, what: str) -> float | None:
+    """A bandwidth label in GB/s, or None (logged) when missing, non-finite or implausible."""
+    if value is None:
+        return None
+    try:
+        gbps = float(value)
+    except (TypeError, ValueError):
+        gbps = math.nan
+    low, high = _NVLINK_GBPS_RANGE
+    if not low <= gbps <= high:  # also rejects NaN
+        log.debug("%s=%r is not a bandwidth in %g..%g GB/s; treated as missing", what, value, low, high)
+        return None
+    return gbps
+
+
 def _request(container: Mapping[str, Any]) -> int:
     resources = container.get("resources") or {}
     value = (resources.get("requests") or {}).get(GPU_RESOURCE)
@@ -104,7 +139,7 @@ def _request(container: Mapping[str, Any]) -> int:
         value = (resources.get("limits") or {}).get(GPU_RESOURCE)
     if value is None:
         return 0
-    return _count(value) or 0
+    return max(0, _count(value) or 0)  # a negative request frees nothing
 
 
 def _spec_gpu_request(spec: Mapping[str, Any]) -> int:
@@ -136,10 +171,10 @@ def _topology(
     labels: Mapping[str, str], gpu: gpus.GpuFacts, count: int
 ) -> tuple[str, int, float, bool]:
     """(interconnect, NVLink domain size, NVLink GB/s, labelled) from shardwise's labels."""
-    if "-MIG-" in labels.get("nvidia.com/gpu.product", "").upper():
+    if "-MIG-" in str(labels.get(_PRODUCT) or "").upper():
         return "pcie", 1, 0.0, True  # MIG slices have no NVLink or peer-to-peer access
-    interconnect = labels.get("shardwise.io/gpu-interconnect", "").strip().lower()
-    domain = _count(labels.get("shardwise.io/nvlink-domain-size"))
+    interconnect = str(labels.get("shardwise.io/gpu-interconnect", "")).strip().lower()
+    domain = _count_within(labels.get(_DOMAIN), 1, MAX_GPUS_PER_NODE, _DOMAIN)
     if interconnect not in _INTERCONNECTS and domain is None:
         return "pcie", 1, 0.0, False
     if interconnect not in _INTERCONNECTS:
@@ -149,12 +184,8 @@ def _topology(
     domain = max(1, min(domain, count))
     if interconnect == "pcie" or domain == 1:
         return "pcie", 1, 0.0, True
-    bandwidth = labels.get("shardwise.io/nvlink-bandwidth-gbps")
-    try:
-        nvlink_gbps = float(bandwidth) if bandwidth is not None else gpu.nvlink_gbps
-    except ValueError:
-        nvlink_gbps = gpu.nvlink_gbps
-    return interconnect, domain, nvlink_gbps or gpu.nvlink_gbps or _FALLBACK_NVLINK_GBPS, True
+    nvlink_gbps = _gbps(labels.get(_BANDWIDTH), _BANDWIDTH) or gpu.nvlink_gbps
+    return interconnect, domain, nvlink_gbps or _FALLBACK_NVLINK_GBPS, True
 
 
 def _taints_from(taints: Iterable[Mapping[str, Any]]) -> tuple[placement.Taint, ...]:
@@ -169,6 +200,37 @@ def _taints_from(taints: Iterable[Mapping[str, Any]]) -> tuple[placement.Taint, 
             key=lambda t: (t.key, t.value, t.effect),
         )
     )
+
+
+class NodeGpus(NamedTuple):
+    count: int  # GPUs one pod on the node can get
+    allocatable: int | None
+    product: str
+    memory_mib: int | None  # the gpu.memory label, when plausible
+
+
+def node_gpus(
+    labels: Mapping[str, Any], allocatable_value: Any, capacity_value: Any
+) -> NodeGpus | None:
+    """A node's GPUs from its labels and its GPU allocatable and capacity; None without GPUs.
+
+    The count is the gpu.count label, else capacity, else allocatable, and never more than the
+    allocatable when the node reports any: a pod gets no more GPUs than the node can hold, whatever
+    the label says. (Allocatable 0 is a device plugin that has not registered yet: the label then
+    stands, and the node has no free GPUs.) Values outside their plausible range count as missing.
+    """
+    allocatable = _count_within(allocatable_value, 0, MAX_GPUS_PER_NODE, f"allocatable {GPU_RESOURCE}")
+    capacity = _count_within(capacity_value, 0, MAX_GPUS_PER_NODE, f"capacity {GPU_RESOURCE}")
+    count = _count_within(labels.get(_COUNT), 1, MAX_GPUS_PER_NODE, _COUNT) or capacity or allocatable
+    if count and allocatable:
+        count = min(count, allocatable)
+    product = labels.get(_PRODUCT)
+    if product is not None and type(product) is not str:
+        product = str(product)
+    if not count or (product is None and not allocatable):
+        return None
+    memory_mib = _count_within(labels.get(_MEMORY), 1, _MAX_GPU_MEMORY_MIB, _MEMORY)
+    return NodeGpus(count, allocatable, product or "unknown", memory_mib)
 
 
 @dataclass
@@ -191,14 +253,11 @@ def _kind(
     """What a node is for planning from its labels and GPU allocatable and capacity; None when it
     has no GPUs. Equal shapes share one `by_taints` (`by_shape` remembers them), so nodes whose raw
     labels differ but mean the same (`NVSwitch`, `nvswitch`) land in one pool."""
-    allocatable = _count(allocatable_value)
-    capacity = _count(capacity_value)
-    count = _count(labels.get(_COUNT)) or capacity or allocatable
-    product = labels.get(_PRODUCT)
-    if not count or (product is None and not allocatable):
+    found = node_gpus(labels, allocatable_value, capacity_value)
+    if found is None:
         return None
-    product = product or "unknown"
-    gpu = gpus.lookup_gpu(product, _count(labels.get(_MEMORY)))
+    count, allocatable, product, memory_mib = found
+    gpu = gpus.lookup_gpu(product, memory_mib)
     interconnect, domain, nvlink_gbps, labelled = _topology(labels, gpu, count)
     shape = GpuShape(
         product=product,

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardwise import pricing
+from shardwise.api import bounds
+from shardwise.api import v1alpha1 as api
 from shardwise.planner import models, placement
 
 OBJECTIVES = ("Latency", "Throughput", "Cost")
@@ -77,7 +79,10 @@ def _section(spec: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return value
 
 
-def _positive_int(value: Any, field: str, default: int | None) -> int | None:
+def _positive_int(
+    value: Any, field: str, default: int | None, limits: bounds.Bounds = bounds.Bounds(1)
+) -> int | None:
+    """A whole number within the API's `limits` (the CRD's bounds for this field)."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -88,7 +93,13 @@ def _positive_int(value: Any, field: str, default: int | None) -> int | None:
         raise PlanInputError(field, f"must be a positive integer, got {value!r}") from None
     if number < 1:
         raise PlanInputError(field, f"must be a positive integer, got {value!r}")
+    if not limits.contains(number):
+        raise PlanInputError(field, f"must be in {limits}, got {value!r}")
     return number
+
+
+def _arch_limits(key: str) -> bounds.Bounds:
+    return bounds.of(api.Architecture, key)
 
 
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
@@ -104,14 +115,19 @@ def _parameter_count(value: Any, field: str) -> float:
         if not match:
             raise PlanInputError(field, f'must be a count such as 70.6e9 or "70.6B", got {value!r}')
         count = float(match.group(1)) * _SCALE[match.group(2).lower()]
-    if count < 1e6:
-        raise PlanInputError(field, f"{value!r} is not a plausible parameter count")
+    if not bounds.of(api.Architecture, "parameters").contains(count):
+        raise PlanInputError(
+            field, f"{value!r} is not a plausible parameter count "
+            f"(between {api.MIN_PARAMETERS:.0e} and {api.MAX_PARAMETERS:.0e})"
+        )
     return count
 
 
 def _architecture(name: str, given: Mapping[str, Any]) -> models.ModelArch:
     """The catalog entry for `name`, `given` fields overriding it; all of it for unknown models."""
     field = "spec.model.architecture"
+    # An explicit null is no value: the catalog's (or the missing-field error) applies.
+    given = {key: value for key, value in given.items() if value is not None}
     base = models.lookup_model(name)
     if base is None:
         missing = [
@@ -124,23 +140,23 @@ def _architecture(name: str, given: Mapping[str, Any]) -> models.ModelArch:
                 field,
                 f"model {name!r} is not in the built-in catalog; set {', '.join(missing)}",
             )
-    layers = _positive_int(given.get("layers"), f"{field}.layers", base.layers if base else None)
-    hidden = _positive_int(
-        given.get("hiddenSize"), f"{field}.hiddenSize", base.hidden_size if base else None
-    )
-    heads = _positive_int(
-        given.get("attentionHeads"),
-        f"{field}.attentionHeads",
-        base.attention_heads if base else None,
-    )
-    assert layers and hidden and heads  # guaranteed by the missing-field check above
-    kv_heads = _positive_int(
-        given.get("kvHeads"), f"{field}.kvHeads", base.kv_heads if base else heads
-    )
-    head_dim = _positive_int(
-        given.get("headDim"), f"{field}.headDim", base.head_dim if base else hidden // heads
-    )
-    assert kv_heads and head_dim
+    def whole(key: str, default: int | None) -> int:
+        number = _positive_int(given.get(key), f"{field}.{key}", default, _arch_limits(key))
+        if number is None:  # unreachable: the missing-field check above names it first
+            raise PlanInputError(f"{field}.{key}", "is required")
+        return number
+
+    layers = whole("layers", base.layers if base else None)
+    hidden = whole("hiddenSize", base.hidden_size if base else None)
+    heads = whole("attentionHeads", base.attention_heads if base else None)
+    kv_heads = whole("kvHeads", base.kv_heads if base else heads)
+    if base is None and "headDim" not in given and hidden < heads:
+        raise PlanInputError(
+            f"{field}.headDim",
+            f"hiddenSize {hidden} / attentionHeads {heads} leaves less than one dimension per head; "
+            "set headDim, or check hiddenSize and attentionHeads",
+        )
+    head_dim = whole("headDim", base.head_dim if base else hidden // heads)
     if heads % kv_heads:
         raise PlanInputError(
             f"{field}.kvHeads", f"{kv_heads} does not divide attentionHeads {heads}"
@@ -224,16 +240,21 @@ def request_from_spec(spec: Mapping[str, Any]) -> PlanRequest:
                 "spec.model.quantization", f"must be awq or gptq, got {quantization!r}"
             )
 
-    utilization = serving.get("gpuMemoryUtilization", _DEFAULT_GPU_MEMORY_UTILIZATION)
+    utilization = serving.get("gpuMemoryUtilization")
+    if utilization is None:
+        utilization = _DEFAULT_GPU_MEMORY_UTILIZATION
     try:
+        if isinstance(utilization, bool):
+            raise TypeError
         utilization = float(utilization)
     except (TypeError, ValueError):
         raise PlanInputError(
             "spec.serving.gpuMemoryUtilization", f"must be a number, got {utilization!r}"
         ) from None
-    if not 0.05 <= utilization <= 1.0:
+    utilization_limits = bounds.of(api.ServingSpec, "gpuMemoryUtilization")
+    if not utilization_limits.contains(utilization):
         raise PlanInputError(
-            "spec.serving.gpuMemoryUtilization", f"must be in (0.05, 1], got {utilization}"
+            "spec.serving.gpuMemoryUtilization", f"must be in {utilization_limits}, got {utilization}"
         )
 
     objective = str(parallelism.get("objective") or "Latency")
@@ -263,15 +284,19 @@ def request_from_spec(spec: Mapping[str, Any]) -> PlanRequest:
         dtype=dtype,
         quantization=quantization,
         max_model_len=_positive_int(
-            serving.get("maxModelLen"), "spec.serving.maxModelLen", _DEFAULT_MAX_MODEL_LEN
+            serving.get("maxModelLen"), "spec.serving.maxModelLen", _DEFAULT_MAX_MODEL_LEN,
+            bounds.of(api.ServingSpec, "maxModelLen"),
         ),  # type: ignore[arg-type]
         max_concurrency=_positive_int(
-            serving.get("maxConcurrency"), "spec.serving.maxConcurrency", _DEFAULT_MAX_CONCURRENCY
+            serving.get("maxConcurrency"), "spec.serving.maxConcurrency", _DEFAULT_MAX_CONCURRENCY,
+            bounds.of(api.ServingSpec, "maxConcurrency"),
         ),  # type: ignore[arg-type]
         gpu_memory_utilization=utilization,
         objective=objective,
-        tensor=_positive_int(parallelism.get("tensor"), "spec.parallelism.tensor", None),
-        pipeline=_positive_int(parallelism.get("pipeline"), "spec.parallelism.pipeline", None),
+        tensor=_positive_int(parallelism.get("tensor"), "spec.parallelism.tensor", None,
+                             bounds.of(api.ParallelismSpec, "tensor")),
+        pipeline=_positive_int(parallelism.get("pipeline"), "spec.parallelism.pipeline", None,
+                               bounds.of(api.ParallelismSpec, "pipeline")),
         gpu_products=tuple(products),
         node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
         tolerations=_tolerations(placement_spec.get("tolerations") or []),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shardwise.api import names
 from shardwise.api.v1alpha1 import GROUP, KIND, VERSION, InferenceDeploymentSpec
 from shardwise.render import labels, leaderworkerset
 from shardwise.render.vllm_args import VLLM_PORT, build_serve_args
@@ -125,7 +126,7 @@ def build_deployment(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": object_metadata(owner, owner.name),
+        "metadata": object_metadata(owner, names.deployment_name(owner.name)),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector},
@@ -145,7 +146,7 @@ def build_service(owner: Owner, selector: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": object_metadata(owner, owner.name),
+        "metadata": object_metadata(owner, names.service_name(owner.name)),
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
@@ -174,9 +175,9 @@ def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any], re
 
 def workload_candidates(name: str) -> list[tuple[str, str, str]]:
     """(apiVersion, kind, name) of every workload a resource may own, whichever the plan chose."""
-    return [("apps/v1", "Deployment", name),
+    return [("apps/v1", "Deployment", names.deployment_name(name)),
             ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", leaderworkerset.workload_name(name))]
 
 
 def endpoint(owner: Owner) -> str:
-    return f"http://{owner.name}.{owner.namespace}.svc:{VLLM_PORT}/v1"
+    return f"http://{names.service_name(owner.name)}.{owner.namespace}.svc:{VLLM_PORT}/v1"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from shardwise.api import names
+
 INSTANCE_LABEL = "shardwise.io/inference-deployment"
 FIELD_MANAGER = "shardwise"
 
@@ -14,14 +16,14 @@ REPLAN_ANNOTATION = "shardwise.io/replan"
 
 def selector_labels(name: str) -> dict[str, str]:
     """The labels that identify one InferenceDeployment's serving pods (stable for its lifetime)."""
-    return {INSTANCE_LABEL: name}
+    return {INSTANCE_LABEL: names.instance_label_value(name)}
 
 
 def common_labels(name: str) -> dict[str, str]:
     return {
         **selector_labels(name),
         "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/instance": names.instance_label_value(name),
         "app.kubernetes.io/component": "inference-server",
         "app.kubernetes.io/managed-by": "shardwise",
     }

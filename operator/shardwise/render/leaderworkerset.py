@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardwise.api import names
 from shardwise.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeploymentSpec
 from shardwise.render import children, labels
 from shardwise.render.vllm_args import build_serve_args
@@ -50,7 +51,7 @@ def workload_name(resource_name: str) -> str:
     LWS creates a headless Service named after the LeaderWorkerSet for its pods' DNS (the
     leader address); with the same name as shardwise's Service, one of the two would lose.
     """
-    return f"{resource_name}-lws"
+    return names.leaderworkerset_name(resource_name)
 
 
 def leader_selector(resource_name: str) -> dict[str, str]:

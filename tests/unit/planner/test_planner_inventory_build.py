@@ -35,7 +35,7 @@ def _gpu_request(pod: Mapping[str, Any]) -> int:
         value = (resources.get("requests") or {}).get("nvidia.com/gpu")
         if value is None:
             value = (resources.get("limits") or {}).get("nvidia.com/gpu")
-        return _count(value) or 0
+        return max(0, _count(value) or 0)
 
     main = sum(request(c) for c in spec.get("containers") or [])
     init = max((request(c) for c in spec.get("initContainers") or []), default=0)
@@ -86,15 +86,18 @@ def reference_inventory(
         metadata = node.get("metadata") or {}
         labels = metadata.get("labels") or {}
         status = node.get("status") or {}
-        allocatable = _count((status.get("allocatable") or {}).get("nvidia.com/gpu"))
-        capacity = _count((status.get("capacity") or {}).get("nvidia.com/gpu"))
-        count = _count(labels.get("nvidia.com/gpu.count")) or capacity or allocatable
-        product = labels.get("nvidia.com/gpu.product")
-        if not count or (product is None and not allocatable):
+        # What a node's labels and resources mean (ranges, allocatable bounding the count) is
+        # inventory.node_gpus, tested on its own; this reference checks the caching around it.
+        found = inventory.node_gpus(
+            labels,
+            (status.get("allocatable") or {}).get("nvidia.com/gpu"),
+            (status.get("capacity") or {}).get("nvidia.com/gpu"),
+        )
+        if found is None:
             non_gpu += 1
             continue
-        product = product or "unknown"
-        gpu = gpus.lookup_gpu(product, _count(labels.get("nvidia.com/gpu.memory")))
+        count, allocatable, product, memory_mib = found
+        gpu = gpus.lookup_gpu(product, memory_mib)
         interconnect, domain, nvlink_gbps, labelled = inventory._topology(labels, gpu, count)
         shape = inventory.GpuShape(
             product=product,
@@ -155,11 +158,11 @@ _LABELS: dict[str, list[Any]] = {
         "NVIDIA-Z9",
         "NVIDIA-GB200",
     ],
-    "nvidia.com/gpu.count": ["8", "4", " 4", "0", "x", "-2", "2", 8, 1, True, 1.0],
     "nvidia.com/gpu.memory": ["81559", "40000", "", "10240", 40000],
     "shardwise.io/gpu-interconnect": ["nvswitch", "NVSwitch", "NVLink", "pcie", "weird", ""],
     "shardwise.io/nvlink-domain-size": ["8", "2", "1", "0", "x", 4, True],
-    "shardwise.io/nvlink-bandwidth-gbps": ["900", "0", "abc", "1", 600, True],
+    "shardwise.io/nvlink-bandwidth-gbps": ["900", "0", "abc", "1", 600, True, "nan", "-1", "1e-320"],
+    "nvidia.com/gpu.count": ["8", "4", " 4", "0", "x", "-2", "2", 8, 1, True, 1.0, "4294967296"],
     "nvidia.com/gpu.clique": ["", "c1", "c2"],
     "zone": ["a", "b"],
 }
