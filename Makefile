@@ -7,12 +7,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help deps venv control-plane crds test unit e2e bench demo lint clean
+.PHONY: help deps venv control-plane crds test unit e2e bench fuzz demo lint clean
 
 help:
 	@echo "make demo    local control plane + simulated GPU fleet + operator + live traffic"
 	@echo "make test    unit and integration tests (real kube-apiserver, etcd, scheduler, KWOK)"
 	@echo "make bench   planner, collector and autoscaler benchmarks"
+	@echo "make fuzz    the long fuzz profile: 50,000+ hostile inputs through the pure core"
 	@echo "make crds    regenerate crds/ from the pydantic API models"
 
 deps:
@@ -46,6 +47,11 @@ lint: venv
 
 bench: venv
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; echo; done
+
+# The fuzz suite's long profile (tests/unit/fuzz; `make test` runs its fast profile). Replay a
+# failure with FUZZ_ARGS=--hypothesis-seed=N.
+fuzz: venv
+	SHARDWISE_FUZZ=long $(PY) -m pytest -q -p no:cacheprovider tests/unit/fuzz $(FUZZ_ARGS)
 
 demo: venv control-plane
 	$(PY) -m shardwise.devcluster.demo

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Mapping
 
 import aiohttp
@@ -16,6 +17,7 @@ import aiohttp
 from shardwise.observe import parse
 
 VLLM_PORT = 8000
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,9 +62,12 @@ async def _scrape_one(
     except aiohttp.ClientError as error:
         return ScrapeError("connect", f"GET {url}: {error}")
     try:
-        return parse.parse(text)
+        sample = parse.parse(text)
     except parse.MetricsError as error:
         return ScrapeError("parse", f"GET {url}: {error}")
+    for why in sample.ignored:  # implausible values from a broken exporter, left out
+        log.debug("GET %s: %s", url, why)
+    return sample
 
 
 async def scrape(
