@@ -57,9 +57,15 @@ def test_names_at_the_boundary_are_accepted(kubectl: Kubectl, name: str) -> None
     kubectl.run("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(named(name)))
 
 
+# Planner fixtures the API server rejects on purpose (they exercise the offline planner's errors).
+OFFLINE_ONLY = {"qwen-7b-tp8.yaml"}  # tensor without pipeline: InvalidParallelism offline
+
+
 def _shipped() -> list[pathlib.Path]:
     found = []
-    for path in [*sorted((ROOT / "examples").rglob("*.yaml")), *sorted((ROOT / "tests/fixtures/deployments").glob("*.yaml"))]:
+    fixtures = (ROOT / "tests/fixtures/deployments").glob("*.yaml")
+    for path in [*sorted((ROOT / "examples").rglob("*.yaml")),
+                 *sorted(p for p in fixtures if p.name not in OFFLINE_ONLY)]:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
         if any(d.get("kind") == "InferenceDeployment" for d in docs):
             found.append(path)

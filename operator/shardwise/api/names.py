@@ -109,9 +109,14 @@ def is_dns1123_subdomain(value: str) -> bool:
 def admission_rules() -> list[dict[str, Any]]:
     """CEL rules for the CRD's root schema: the API server rejects a name before shardwise sees it.
 
-    The length rule comes first and guards the pattern, so the message names the first thing to fix.
+    Checked on create only (`optionalOldSelf`: an update has an old object): a name never changes,
+    and an object admitted before this rule existed (a 50-character name serving on one node)
+    must still take its status writes and spec edits after the CRD is upgraded.
     """
+    def on_create(rule: str, message: str) -> dict[str, Any]:
+        return {"rule": f"oldSelf.hasValue() || {rule}", "message": message, "optionalOldSelf": True}
+
     return [
-        {"rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH}", "message": LENGTH_MESSAGE},
-        {"rule": f"self.metadata.name.matches('{DNS1035_PATTERN}')", "message": SHAPE_MESSAGE},
+        on_create(f"self.metadata.name.size() <= {MAX_NAME_LENGTH}", LENGTH_MESSAGE),
+        on_create(f"self.metadata.name.matches('{DNS1035_PATTERN}')", SHAPE_MESSAGE),
     ]

@@ -28,14 +28,20 @@ DURATION_PATTERN = r"^[0-9]+(\.[0-9]+)?(ms|s|m)$"
 # Prices below 10^4 USD per GPU-hour (pricing.MAX_GPU_HOUR_USD reads the same digit count).
 GPU_HOUR_USD_INTEGER_DIGITS = 4
 USD_PATTERN = rf"^[0-9]{{1,{GPU_HOUR_USD_INTEGER_DIGITS}}}(\.[0-9]{{1,4}})?$"
+# vLLM's --gpu-memory-utilization; the planner checks the same bounds (shardwise.api.bounds).
+GPU_MEMORY_UTILIZATION_MIN = 0.05
+GPU_MEMORY_UTILIZATION_MAX = 0.99
 # A million parameters is no language model; a quadrillion is a thousand times the largest today.
 MIN_PARAMETERS = 1_000_000
 MAX_PARAMETERS = 10**15
 
 
-def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
-    """CEL rules with the message the API server returns when one fails."""
-    return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
+def _rules(*rules: tuple[str, ...]) -> dict[str, Any]:
+    """CEL rules with the message the API server returns when one fails (and, as a third item, the
+    field the error names, when it is one field of the object)."""
+    return {"x-kubernetes-validations": [
+        {"rule": r[0], "message": r[1], **({"fieldPath": r[2]} if len(r) > 2 else {})} for r in rules
+    ]}
 
 
 # An empty object as the schema default makes the API server apply the nested defaults too.
@@ -128,7 +134,8 @@ class ServingSpec(_Model):
     )
     gpuMemoryUtilization: float = Field(
         # The planner reads these bounds too (shardwise.api.bounds): below 5% no model's weights fit.
-        0.9, ge=0.05, le=0.99, description="Fraction of each GPU's memory vLLM may use (--gpu-memory-utilization)."
+        0.9, ge=GPU_MEMORY_UTILIZATION_MIN, le=GPU_MEMORY_UTILIZATION_MAX,
+        description="Fraction of each GPU's memory vLLM may use (--gpu-memory-utilization)."
     )
     image: str = Field(DEFAULT_IMAGE, min_length=1, description="Container image running `vllm serve`.")
     extraArgs: list[Annotated[str, StringConstraints(min_length=1, max_length=1024)]] = Field(
@@ -140,6 +147,14 @@ class ServingSpec(_Model):
 
     model_config = ConfigDict(
         json_schema_extra=_rules(
+            (
+                # The schema's minimum alone lets a whole number through: the API server compares an
+                # integer value (0) with the minimum truncated to an integer (0). CEL compares doubles.
+                f"!has(self.gpuMemoryUtilization) || self.gpuMemoryUtilization >= {GPU_MEMORY_UTILIZATION_MIN}",
+                f"serving.gpuMemoryUtilization must be in [{GPU_MEMORY_UTILIZATION_MIN}, "
+                f"{GPU_MEMORY_UTILIZATION_MAX}]: below {GPU_MEMORY_UTILIZATION_MIN:.0%} of a GPU no model fits",
+                ".gpuMemoryUtilization",
+            ),
             (
                 "!has(self.extraArgs) || self.extraArgs.all(a, !(a.split('=')[0] in "
                 "['--tensor-parallel-size', '-tp', '--pipeline-parallel-size', '-pp', '--max-model-len', "

@@ -224,7 +224,9 @@ def _ms(q: float, deltas: Delta, name: str) -> float | None:
     if h is None:
         return None
     value = histogram_quantile(q, h.buckets)
-    return None if math.isnan(value) else value * 1000.0
+    # PromQL's answer may be NaN, or negative or infinite for bounds no latency has; parse drops
+    # such bounds, and a Delta built any other way still gives the status no such figure.
+    return _finite(value * 1000.0) if value >= 0 else None
 
 
 def _mean_ms(deltas: Delta, name: str) -> float | None:

@@ -153,16 +153,27 @@ def _spec_gpu_request(spec: Mapping[str, Any]) -> int:
     return max(main, max((_request(c) for c in init_containers), default=0))
 
 
+def _text_or_none(value: Any) -> str | None:
+    if not value:
+        return None
+    return value if type(value) is str else str(value)
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    """`value` when it is an object, else an empty one: an offline file may hold anything."""
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
+
+
 def _used_gpus(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """GPUs requested per node by the pods bound to it that have not finished, in one pass."""
     used: dict[str, int] = {}
     get_used = used.get
     finished = _FINISHED_PHASES
     for pod in pods:
-        spec = pod.get("spec") or {}
+        spec = _object(pod.get("spec"))
         node = spec.get("nodeName")
-        phase = (pod.get("status") or {}).get("phase")
-        if node and phase not in finished:
+        phase = _object(pod.get("status")).get("phase")
+        if node and type(node) is str and phase not in finished:
             used[node] = get_used(node, 0) + _spec_gpu_request(spec)
     return used
 
@@ -305,12 +316,12 @@ def inventory_from_nodes(
     set_attribute = object.__setattr__
     non_gpu = 0
     for node in nodes:
-        metadata = node.get("metadata") or {}
-        labels: Mapping[str, str] = metadata.get("labels") or {}
-        status = node.get("status") or {}
+        metadata = _object(node.get("metadata"))
+        labels: Mapping[str, str] = _object(metadata.get("labels"))
+        status = _object(node.get("status"))
         label = labels.get
-        allocatable_value = (status.get("allocatable") or {}).get(GPU_RESOURCE)
-        capacity_value = (status.get("capacity") or {}).get(GPU_RESOURCE)
+        allocatable_value = _object(status.get("allocatable")).get(GPU_RESOURCE)
+        capacity_value = _object(status.get("capacity")).get(GPU_RESOURCE)
         key = (
             label(_PRODUCT),
             label(_COUNT),
@@ -334,8 +345,11 @@ def inventory_from_nodes(
             non_gpu += 1
             continue
 
-        spec = node.get("spec") or {}
+        spec = _object(node.get("spec"))
         raw_taints = spec.get("taints") or []
+        if type(raw_taints) is not list or not all(isinstance(t, Mapping) for t in raw_taints):
+            raw_taints = [t for t in raw_taints if isinstance(t, Mapping)] if isinstance(
+                raw_taints, list) else []
         if raw_taints:
             try:
                 if type(raw_taints) is list and len(raw_taints) == 1:  # the usual case
@@ -366,7 +380,7 @@ def inventory_from_nodes(
         else:
             blocked = None
             for condition in status.get("conditions") or []:
-                if condition.get("type") == "Ready" and condition.get("status") != "True":
+                if isinstance(condition, Mapping) and condition.get("type") == "Ready" and condition.get("status") != "True":
                     blocked = "NotReady"
                     break
         # NodeState(name, labels, free_gpus, clique, blocked), left exactly as the frozen
@@ -381,7 +395,7 @@ def inventory_from_nodes(
                 "name": name,
                 "labels": labels,
                 "free_gpus": 0 if blocked else max(0, kind.most_free - used_get(name, 0)),
-                "clique": label(_CLIQUE) or None,
+                "clique": _text_or_none(label(_CLIQUE)),
                 "blocked": blocked,
             },
         )

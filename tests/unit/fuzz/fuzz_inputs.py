@@ -88,8 +88,22 @@ def node(draw: st.DrawFn, index: int) -> dict[str, Any]:
                 [str(count), "2", "0", str(count * 4)]), 0.3)}
     if draw(st.booleans()):
         status["conditions"] = [{"type": "Ready", "status": draw(st.sampled_from(["True", "False"]))}]
-    return {"kind": "Node", "metadata": {"name": f"n{index}", "labels": labels}, "status": status,
-            "spec": {}}
+    result: dict[str, Any] = {"kind": "Node", "metadata": {"name": f"n{index}", "labels": labels},
+                              "status": status, "spec": {}}
+    if draw(st.floats(0, 1)) < 0.05:  # an offline file with the wrong shape somewhere
+        where = draw(st.sampled_from(["status", "spec", "labels", "allocatable", "taints", "clique"]))
+        junk = draw(st.sampled_from([[], "x", 7, [["a"]], None]))
+        if where == "labels":
+            result["metadata"]["labels"] = junk
+        elif where == "allocatable":
+            status["allocatable"] = junk
+        elif where == "taints":
+            result["spec"] = {"taints": [junk, {"key": "k", "effect": "NoSchedule"}]}
+        elif where == "clique":
+            labels["nvidia.com/gpu.clique"] = [1]
+        else:
+            result[where] = junk
+    return result
 
 
 @st.composite
@@ -112,8 +126,8 @@ def gpu_pods(draw: st.DrawFn, node_count: int) -> list[dict[str, Any]]:
 
 
 @st.composite
-def architecture(draw: st.DrawFn) -> dict[str, Any] | None:
-    if draw(st.booleans()):
+def architecture(draw: st.DrawFn, hostile: float = 1.0) -> dict[str, Any] | None:
+    if draw(st.floats(0, 1)) < 1 - 0.5 * hostile:
         return draw(st.sampled_from([None, {}]))
     keys = {
         "parameters": st.sampled_from([7_000_000_000, "70.6B", "1.2T", 8 * 10**9, "1e400"]),
@@ -127,36 +141,37 @@ def architecture(draw: st.DrawFn) -> dict[str, Any] | None:
     arch = {}
     for key, good in keys.items():
         if draw(st.floats(0, 1)) < 0.7:
-            arch[key] = _sometimes(draw, good, 0.15)
+            arch[key] = _sometimes(draw, good, 0.15 * hostile)
     return arch
 
 
 @st.composite
-def spec(draw: st.DrawFn) -> dict[str, Any]:
-    """An InferenceDeployment spec, valid or nearly so: one hostile field at a time, often none."""
-    model: dict[str, Any] = {"name": draw(st.sampled_from(MODELS))}
-    arch = draw(architecture())
+def spec(draw: st.DrawFn, hostile: float = 1.0) -> dict[str, Any]:
+    """An InferenceDeployment spec, valid or nearly so: a few hostile fields, often none.
+    `hostile` scales how often a field is hostile (planning wants mostly valid requests)."""
+    model: dict[str, Any] = {"name": draw(st.sampled_from(MODELS if hostile >= 1 else MODELS[:-1]))}
+    arch = draw(architecture(hostile))
     if arch is not None or draw(st.booleans()):
         model["architecture"] = arch
-    model["dtype"] = _sometimes(draw, st.sampled_from(["bfloat16", "fp8", "float16"]), 0.1)
+    model["dtype"] = _sometimes(draw, st.sampled_from(["bfloat16", "fp8", "float16"]), 0.1 * hostile)
     if draw(st.floats(0, 1)) < 0.15:
         model["quantization"] = draw(st.sampled_from(["awq", "gptq", None, "bnb"]))
     serving = {
-        "maxModelLen": _sometimes(draw, st.sampled_from([2048, 8192, 32768, 131072]), 0.15),
-        "maxConcurrency": _sometimes(draw, st.integers(1, 256), 0.15),
-        "gpuMemoryUtilization": _sometimes(draw, st.sampled_from([0.05, 0.5, 0.9, 0.99]), 0.2),
+        "maxModelLen": _sometimes(draw, st.sampled_from([2048, 8192, 32768, 131072]), 0.15 * hostile),
+        "maxConcurrency": _sometimes(draw, st.integers(1, 256), 0.15 * hostile),
+        "gpuMemoryUtilization": _sometimes(draw, st.sampled_from([0.05, 0.5, 0.9, 0.99]), 0.2 * hostile),
     }
     parallelism: dict[str, Any] = {"objective": draw(st.sampled_from(["Latency", "Throughput", "Cost"]))}
     if draw(st.floats(0, 1)) < 0.25:
-        parallelism["tensor"] = _sometimes(draw, st.sampled_from([1, 2, 4, 8, 16]), 0.2)
-        parallelism["pipeline"] = _sometimes(draw, st.sampled_from([1, 2, 4]), 0.2)
+        parallelism["tensor"] = _sometimes(draw, st.sampled_from([1, 2, 4, 8, 16]), 0.2 * hostile)
+        parallelism["pipeline"] = _sometimes(draw, st.sampled_from([1, 2, 4]), 0.2 * hostile)
     placement: dict[str, Any] = {"tolerations": [KWOK_TOLERATION]}
     if draw(st.floats(0, 1)) < 0.3:
         placement["gpuProducts"] = draw(st.lists(st.sampled_from(PRODUCTS), max_size=2))
     body: dict[str, Any] = {"model": model, "serving": serving, "parallelism": parallelism,
                             "placement": placement}
     if draw(st.floats(0, 1)) < 0.2:
-        body["pricing"] = {"gpuHourUSD": _sometimes(draw, st.sampled_from(["2.49", "0", "$3"]), 0.5)}
+        body["pricing"] = {"gpuHourUSD": _sometimes(draw, st.sampled_from(["2.49", "0", "$3"]), 0.5 * hostile)}
     return body
 
 

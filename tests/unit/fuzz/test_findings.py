@@ -295,6 +295,11 @@ def test_gpu_memory_utilization_bounds_match_the_crd() -> None:
     field = schema["properties"]["spec"]["properties"]["serving"]["properties"]["gpuMemoryUtilization"]
     assert (field["minimum"], field["maximum"]) == (limits.low, limits.high) == (0.05, 0.99)
     assert "exclusiveMinimum" not in field
+    # The API server truncates a fractional minimum when the value is a whole number (0 passed
+    # `minimum: 0.05`), so a CEL rule states the same lower bound in doubles.
+    serving_rules = schema["properties"]["spec"]["properties"]["serving"]["x-kubernetes-validations"]
+    assert any(f">= {limits.low}" in r["rule"] and r["fieldPath"] == ".gpuMemoryUtilization"
+               for r in serving_rules)
     assert planner.request_from_spec({**LLAMA_8B, "serving": {"gpuMemoryUtilization": 0.05}})
     with pytest.raises(planner.PlanInputError, match=r"must be in \[0.05, 0.99\], got 0.04"):
         planner.request_from_spec({**LLAMA_8B, "serving": {"gpuMemoryUtilization": 0.04}})
