@@ -50,11 +50,14 @@ def assert_plan_invariants(plan: plans.Plan, nodes: list[dict[str, Any]],
     # allocatable, when it reports a plausible positive one, bounds what it can hold.
     holding = []
     for node in nodes:
-        raw_product = node["metadata"]["labels"].get("nvidia.com/gpu.product")
+        labels = node["metadata"]["labels"] if isinstance(node["metadata"]["labels"], dict) else {}
+        status = node["status"] if isinstance(node["status"], dict) else {}
+        raw_product = labels.get("nvidia.com/gpu.product")
         product = (str(raw_product) if raw_product is not None else "") or "unknown"
         if product != plan.gpu_product:
             continue
-        raw = (node["status"].get("allocatable") or {}).get("nvidia.com/gpu")
+        allocatable_map = status.get("allocatable")
+        raw = allocatable_map.get("nvidia.com/gpu") if isinstance(allocatable_map, dict) else None
         try:
             allocatable = int(str(raw).strip()) if raw is not None and not isinstance(raw, bool) else None
         except ValueError:
