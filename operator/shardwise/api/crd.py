@@ -74,6 +74,7 @@ def _printer_columns() -> list[dict[str, Any]]:
         col("TTFT-P95-ms", "number", ".status.latency.ttftP95Ms"),
         col("USD/h", "number", ".status.cost.hourlyUSD"),
         col("Phase", "string", ".status.phase"),
+        col("Download", "string", ".status.modelCache.summary"),
         col("Age", "date", ".metadata.creationTimestamp"),
     ]
 

@@ -93,6 +93,53 @@ class SecretKeyRef(_Model):
     key: str = Field("token", min_length=1, description="Key inside the Secret.")
 
 
+class CacheMode(str, Enum):
+    Cluster = "Cluster"
+    PVC = "PVC"
+    None_ = "None"
+
+
+class ModelCacheSpec(_Model):
+    """Where the weights come from: a shared cache volume filled once, a volume you filled, or the hub."""
+
+    mode: CacheMode | None = Field(
+        None,
+        description="Cluster: a cache PersistentVolumeClaim filled once by a downloader Job and shared by every "
+        "InferenceDeployment of the same model and revision in the namespace. PVC: weights you put on an existing "
+        "claim (claimName, path). None: each serving pod downloads from the hub itself. Unset: the operator's "
+        "default (Cluster unless configured otherwise).",
+    )
+    storageClassName: str | None = Field(
+        None, max_length=253, description="Storage class of the cache claim (mode Cluster); unset: the cluster default."
+    )
+    accessMode: str = Field(
+        "ReadWriteMany", pattern=r"^(ReadWriteMany|ReadOnlyMany|ReadWriteOnce)$",
+        description="Access mode of the cache claim: ReadWriteMany where the storage offers it (the Job writes, "
+        "every serving pod reads); ReadWriteOnce only works when all pods share one node.",
+    )
+    size: str | None = Field(
+        None, pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)$",
+        description="Size of the cache claim; default: the model's weight bytes plus 15 % and 1 GiB of margin.",
+    )
+    claimName: str | None = Field(None, max_length=253, description="mode PVC: the claim that holds the weights.")
+    path: str = Field("", max_length=1024, description="mode PVC: folder inside the claim that holds the model files.")
+    hubEndpoint: str | None = Field(
+        None, max_length=1024, description="Hugging Face hub (or mirror) URL; default: the operator's setting, "
+        "else https://huggingface.co.",
+    )
+    keep: bool = Field(
+        False, description="Keep the cache claim when no InferenceDeployment uses it any more (else it is "
+        "removed after the operator's grace period).",
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            ("!has(self.mode) || self.mode != 'PVC' || has(self.claimName)",
+             "model.cache.mode PVC needs model.cache.claimName (the claim that holds the weights)"),
+        )
+    )
+
+
 class ModelSpec(_Model):
     name: str = Field(
         ...,
@@ -112,8 +159,14 @@ class ModelSpec(_Model):
         None, description="Model shape for models the built-in catalog does not know (or overrides)."
     )
     hfTokenSecretRef: SecretKeyRef | None = Field(
-        None, description="Secret holding a Hugging Face token for gated models (exposed as HF_TOKEN)."
+        None, description="Secret holding a Hugging Face token for gated models (exposed as HF_TOKEN; with a "
+        "cache only to the downloader)."
     )
+    revision: str | None = Field(
+        None, max_length=255, description="Hub revision (branch, tag or commit); default main. The commit it "
+        "resolved to is pinned on status.modelCache: a new upstream commit changes nothing until this field does.",
+    )
+    cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Model weight cache.", **_EMPTY)
 
     model_config = ConfigDict(
         json_schema_extra=_rules(
@@ -307,3 +360,6 @@ class InferenceDeploymentStatus(_Model):
     latency: dict[str, Any] | None = Field(None, description="Observed latency and throughput over the window.")
     cost: dict[str, Any] | None = Field(None, description="Cost at the observed throughput.")
     autoscaling: dict[str, Any] | None = Field(None, description="The last scaling decision and its reason.")
+    modelCache: dict[str, Any] | None = Field(
+        None, description="The weight cache in use: claim, pinned commit, download progress (bytes, rate, time left)."
+    )

@@ -24,6 +24,7 @@ import yaml
 from shardwise.devcluster import binaries, topology
 from shardwise.devcluster.processes import Process, free_port, wait_until
 
+KWOK_POD_STAGES = pathlib.Path(__file__).with_name("kwok-pod-stages.yaml")
 SERVICE_CIDR = "10.96.0.0/16"  # allocated by the API server only; nothing listens or is sent there
 
 
@@ -84,7 +85,7 @@ class LocalCluster:
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={topology.KWOK_ANNOTATION}=fake",
                 f"--cidr={self.pod_cidr}", "--node-ip=127.0.0.1", f"--server-address=127.0.0.1:{free_port()}",
-                "--node-lease-duration-seconds=40",
+                "--node-lease-duration-seconds=40", f"--config={KWOK_POD_STAGES}",
             ])
         except BaseException:
             self.stop()
