@@ -31,7 +31,8 @@ EXPOSE 8080 8081
 ENTRYPOINT ["shardwise", "run"]
 
 # What runs on GPU nodes: vLLM itself from the official image, plus the launcher (multi-node
-# LeaderWorkerSet pods), the topology labeler (NVML) and the simulated engine. vLLM's own
+# LeaderWorkerSet pods), the topology labeler (NVML), the model cache downloader (huggingface_hub
+# is in the vLLM image already) and the simulated engine. vLLM's own
 # entrypoint stays: rendered pods always name their command.
 FROM ${VLLM_IMAGE} AS runtime
 # The constraints keep every package vLLM was built with at its version: a shardwise
@@ -44,4 +45,5 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 # Fail the build, not the first pod, if a console script is missing.
 RUN shardwise-launch --help > /dev/null && \
     shardwise-labeler --help > /dev/null && \
-    shardwise-sim --help > /dev/null
+    shardwise-sim --help > /dev/null && \
+    shardwise-download --help > /dev/null

@@ -20,7 +20,9 @@ T = TypeVar("T")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OPERATOR_USER = "shardwise-operator"
 # Live metrics settle in seconds, not minutes: scrape every 2 s over a 15 s window.
-COMPRESSED_TIMINGS = {"SHARDWISE_METRICS_INTERVAL_SECONDS": "2", "SHARDWISE_METRICS_WINDOW_SECONDS": "15"}
+# An unused model cache goes after 5 s instead of an hour.
+COMPRESSED_TIMINGS = {"SHARDWISE_METRICS_INTERVAL_SECONDS": "2", "SHARDWISE_METRICS_WINDOW_SECONDS": "15",
+                      "SHARDWISE_MODEL_CACHE_GRACE_SECONDS": "5", "SHARDWISE_MODEL_CACHE_POLL_SECONDS": "1"}
 
 
 def writes_by(cluster: LocalCluster, user: str, namespace: str) -> list[dict[str, Any]]:

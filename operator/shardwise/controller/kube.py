@@ -32,6 +32,8 @@ _PATHS = {
     ("v1", "Event"): "/api/v1/namespaces/{ns}/events",
     ("v1", "ConfigMap"): "/api/v1/namespaces/{ns}/configmaps",
     ("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{ns}/deployments",
+    ("v1", "PersistentVolumeClaim"): "/api/v1/namespaces/{ns}/persistentvolumeclaims",
+    ("batch/v1", "Job"): "/apis/batch/v1/namespaces/{ns}/jobs",
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets",
     (f"{api.GROUP}/{api.VERSION}", api.KIND): f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{{ns}}/{api.PLURAL}",
 }
@@ -110,6 +112,14 @@ class Kube:
     def get_live(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self.request("GET", f"{collection_path(api_version, kind, namespace)}/{quote(name)}")
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def get_cluster_scoped(self, path: str) -> dict[str, Any] | None:
+        try:
+            return self.request("GET", path)
         except ApiException as exc:
             if exc.status == 404:
                 return None

@@ -28,7 +28,7 @@ from typing import Any
 
 import prometheus_client
 
-from shardwise.controller import autoscaling, health, observing
+from shardwise.controller import autoscaling, health, modelcache, observing
 from shardwise.controller import reconcile as reconciling
 from shardwise.controller.cache import Caches, node_material, pod_owner
 from shardwise.controller.informer import Obj, wait_for_sync
@@ -265,8 +265,9 @@ class Manager:
         self.health_server.shutdown()
 
     async def run_loops(self) -> None:
-        """The observer and autoscaler until stopped (they check `acting` themselves)."""
-        tasks = [asyncio.create_task(self.observer.run_forever()), asyncio.create_task(self.autoscaler.run_forever())]
+        """The observer, autoscaler and model cache loop until stopped (they check `acting`)."""
+        tasks = [asyncio.create_task(self.observer.run_forever()), asyncio.create_task(self.autoscaler.run_forever()),
+                 asyncio.create_task(modelcache.run_forever(self.kube, self.settings, self.request, self.acting))]
         operator_metrics.start_server(self.settings.metrics_port)
         try:
             await asyncio.to_thread(self.stop.wait)

@@ -18,11 +18,12 @@ from typing import Any
 import pydantic
 
 from shardwise.api import v1alpha1 as api
-from shardwise.controller import events, missing_api, planning, progress
+from shardwise.controller import cachestate, events, missing_api, modelcache, planning, progress
 from shardwise.controller.compare import contains, merge_patch
 from shardwise.controller.kube import ApiException, Kube
 from shardwise.controller.settings import Settings
 from shardwise.render import children, labels
+from shardwise.render import modelcache as mc
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +59,15 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
     applied: list[str] = []
     workload = None
     lws_missing = False
+    cache: cachestate.CacheView | None = None
     if plan.get("feasible"):
+        # No serving pod before its weights are complete and verified.
+        cache_ref, cache = modelcache.ensure(kube, settings, namespace, spec, plan)
+        expected_start_s = mc.expected_start_seconds(mc.weight_bytes(plan), cached=cache_ref.mode != "None")
+    if plan.get("feasible") and cache is not None and cache.ready:
         replicas = progress.desired_replicas(spec, status)
-        for obj in children.render(owner, spec, plan, replicas, runtime_image=settings.runtime_image):
+        for obj in children.render(owner, spec, plan, replicas, runtime_image=settings.runtime_image,
+                                   cache=cache_ref, expected_start_s=expected_start_s):
             live = kube.get(obj["apiVersion"], obj["kind"], namespace, obj["metadata"]["name"])
             if live is None or not contains(live, obj):
                 try:
@@ -82,9 +89,16 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
     update = progress.build_status(spec, plan, workload, pods, status, owner=owner, generation=generation, now=now)
     if lws_missing:
         update = missing_api.lws_not_installed_status(update, status, generation=generation, now=now)
+    if cache is not None:
+        update["modelCache"] = cachestate.status_fields(cache_ref, cache, expected_start_s=expected_start_s)
+        update = cachestate.with_cache_condition(update, cache, generation=generation, now=now)
+        if not cache.ready:
+            update = cachestate.gated_status(update, status, cache, generation=generation, now=now)
     written = _write_status(kube, infd, update)
     if written:
         events.announce_transitions(kube, infd, status, update, now)
+        for type_, reason, message in cachestate.cache_events(status, update):
+            events.emit(kube, infd, type_=type_, reason=reason, message=message, now=now)
     return Outcome(tuple(applied), written)
 
 

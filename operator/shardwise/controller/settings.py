@@ -23,6 +23,17 @@ class Settings:
     # Image for multi-node pods whose spec keeps the default vLLM image: that image plus
     # shardwise-launch. None leaves spec.serving.image as it is.
     runtime_image: str | None = None
+    # Model weight cache (docs in README "Model cache"): the mode for specs that name none (the
+    # chart sets Cluster; a bare `shardwise run` keeps the pre-cache behaviour, so harnesses and
+    # tests that do not care see no cache), the storage class for specs that name none (None: the
+    # cluster default), the hub URL the downloader uses, the downloader's image, and how long an
+    # unused cache is kept (< 0: forever).
+    model_cache_mode: str = "None"
+    model_cache_storage_class: str | None = None
+    hub_endpoint: str | None = None
+    downloader_image: str = "shardwise/runtime:0.1.0"
+    model_cache_grace_seconds: float = 3600.0
+    model_cache_poll_seconds: float = 2.0
     metrics_port: int = 8080
     health_port: int = 8081
 
@@ -36,10 +47,19 @@ class Settings:
                            ("metrics_interval_seconds", "SHARDWISE_METRICS_INTERVAL_SECONDS"),
                            ("metrics_window_seconds", "SHARDWISE_METRICS_WINDOW_SECONDS"),
                            ("scrape_timeout_seconds", "SHARDWISE_SCRAPE_TIMEOUT_SECONDS"),
-                           ("autoscale_tick_seconds", "SHARDWISE_AUTOSCALE_TICK_SECONDS")):
+                           ("autoscale_tick_seconds", "SHARDWISE_AUTOSCALE_TICK_SECONDS"),
+                           ("model_cache_grace_seconds", "SHARDWISE_MODEL_CACHE_GRACE_SECONDS"),
+                           ("model_cache_poll_seconds", "SHARDWISE_MODEL_CACHE_POLL_SECONDS")):
             if var in env:
                 values[field] = float(env[var])
         if env.get("SHARDWISE_RUNTIME_IMAGE"):
             values["runtime_image"] = env["SHARDWISE_RUNTIME_IMAGE"]
+            values["downloader_image"] = env["SHARDWISE_RUNTIME_IMAGE"]
+        for field, var in (("model_cache_mode", "SHARDWISE_MODEL_CACHE_MODE"),
+                           ("model_cache_storage_class", "SHARDWISE_MODEL_CACHE_STORAGE_CLASS"),
+                           ("hub_endpoint", "SHARDWISE_HUB_ENDPOINT"),
+                           ("downloader_image", "SHARDWISE_DOWNLOADER_IMAGE")):
+            if env.get(var):
+                values[field] = env[var]
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

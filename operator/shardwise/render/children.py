@@ -13,7 +13,7 @@ from typing import Any
 
 from shardwise.api import names
 from shardwise.api.v1alpha1 import GROUP, KIND, VERSION, InferenceDeploymentSpec
-from shardwise.render import labels, leaderworkerset
+from shardwise.render import labels, leaderworkerset, modelcache
 from shardwise.render.vllm_args import VLLM_PORT, build_serve_args
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -156,21 +156,25 @@ def build_service(owner: Owner, selector: dict[str, str]) -> dict[str, Any]:
 
 
 def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any], replicas: int, *,
-           runtime_image: str | None = None) -> list[dict[str, Any]]:
+           runtime_image: str | None = None, cache: modelcache.CacheRef | None = None,
+           expected_start_s: float | None = None) -> list[dict[str, Any]]:
     """Every child the InferenceDeployment should have, in apply order.
 
     `runtime_image` (the operator's setting) replaces the default vLLM image in multi-node pods,
     which need shardwise-launch; single-node pods run `vllm serve` and keep the spec's image.
+    `cache` mounts the model cache into the serving pods; `expected_start_s` sizes the startup probe.
     """
     if int(plan["nodesPerReplica"]) > 1:
-        return [
+        out = [
             leaderworkerset.build_leaderworkerset(owner, spec, plan, replicas, runtime_image=runtime_image),
             build_service(owner, leaderworkerset.leader_selector(owner.name)),
         ]
-    return [
-        build_deployment(owner, spec, plan, replicas),
-        build_service(owner, labels.selector_labels(owner.name)),
-    ]
+    else:
+        out = [
+            build_deployment(owner, spec, plan, replicas),
+            build_service(owner, labels.selector_labels(owner.name)),
+        ]
+    return modelcache.apply_to_workloads(out, cache, expected_start_s)
 
 
 def workload_candidates(name: str) -> list[tuple[str, str, str]]:
