@@ -195,7 +195,7 @@ def _propose(
                                    f"req/s, {obs.waiting:g} waiting): cold start")
         return _Proposal(0, "scaled to zero, no traffic")
     draining = _drain_s(obs, previous, now)
-    startup_s = history.last_startup_s(now) or 0.0
+    startup_s = history.last_startup_s(now) or obs.expected_startup_s or 0.0
     horizon_s = max(startup_s, _DRAIN_PERIODS * policy.evaluation_period_s)
     if driver is not None and draining is not None and draining <= horizon_s:
         # The latency percentiles still hold requests that queued in the surge.

@@ -37,6 +37,9 @@ class Observation:
     # the excess is sound. TTFT has no floor here on purpose: it holds queueing, which grows
     # faster than linearly near saturation, so it keeps the conservative all-load projection.
     itl_floor_ms: float | None = None
+    # How long a new replica should take to serve (engine start plus weight load, from the model
+    # cache's state): the startup horizon until a scale-up has been measured.
+    expected_startup_s: float | None = None
 
     @property
     def has_traffic(self) -> bool:

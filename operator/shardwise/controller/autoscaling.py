@@ -82,7 +82,8 @@ def hpa_conflicts(hpas: list[dict[str, Any]], name: str) -> list[str]:
 
 
 def observation(summary: Summary | None, *, current: int, ready: int,
-                capacity: int | None, predicted: Mapping[str, Any] | None = None) -> Observation:
+                capacity: int | None, predicted: Mapping[str, Any] | None = None,
+                expected_startup_s: float | None = None) -> Observation:
     """What `decide` sees; no summary (no scrape yet) means no latency and no load known.
 
     The plan's predicted inter-token latency is an idle replica's: the floor that adding
@@ -92,6 +93,7 @@ def observation(summary: Summary | None, *, current: int, ready: int,
     floors = predicted or {}
     return Observation(
         itl_floor_ms=floors.get("itlMs"),
+        expected_startup_s=expected_startup_s,
         current_replicas=current,
         replicas_ready=min(ready, current),
         replicas_starting=max(0, current - ready),
@@ -266,7 +268,8 @@ class Autoscaler:
         capacity = capacity_replicas(status.get("plan") or {}, inv, spec.placement.nodeSelector)
         obs = observation(self._latest(namespace, name), current=progress.desired_replicas(spec, dict(status)),
                           ready=int(status.get("readyReplicas") or 0), capacity=capacity,
-                          predicted=(status.get("plan") or {}).get("predicted"))
+                          predicted=(status.get("plan") or {}).get("predicted"),
+                          expected_startup_s=(status.get("modelCache") or {}).get("expectedStartSeconds"))
         key = (namespace, name)
         now = self._clock()
         decision = autoscale.decide(policy, obs, self._history.get(key, History()), now)

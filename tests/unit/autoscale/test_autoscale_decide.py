@@ -220,3 +220,13 @@ def test_latency_floors_let_a_quiet_deployment_scale_down() -> None:
     assert without.desired_replicas == 3 and "exceeds target" in without.reason
     assert with_floor.desired_replicas == 2  # one step down at a time (maxScaleDownStep 1)
     assert with_floor.recommendation == 1
+
+
+def test_expected_startup_sets_the_drain_horizon_before_any_startup_was_measured() -> None:
+    """A queue clearing in ~570 s: worth a scale-up when a warm-cache replica serves in 2 min,
+    not when a new replica must first download its weights for 15 min."""
+    history = History((Record(NOW - 30, 4, 4, "ttft", waiting=400.0),))
+    warm = decide(POLICY, obs(4, ttft_p95_ms=2_000.0, waiting=380.0, expected_startup_s=120.0), history, NOW)
+    cold = decide(POLICY, obs(4, ttft_p95_ms=2_000.0, waiting=380.0, expected_startup_s=900.0), history, NOW)
+    assert warm.desired_replicas == 8
+    assert cold.desired_replicas == 4 and "draining" in cold.reason
