@@ -145,8 +145,21 @@ def test_two_deployments_share_one_download_and_serve_only_after_it(
 
     # Deleting both: the cache goes after the (shortened) grace period, its Job with it.
     kubectl.run("delete", "infd", "tiny-a", "tiny-b")
-    eventually(lambda: not _items(kubectl, "persistentvolumeclaims") and not _items(kubectl, "jobs"),
-               timeout=120, what="the unused cache claim and its Job removed")
+    def leftovers() -> list[dict[str, Any]]:
+        return [{"kind": o.get("kind"), "name": o["metadata"]["name"], "finalizers": o["metadata"].get("finalizers"),
+                 "deleting": o["metadata"].get("deletionTimestamp"), "annotations": o["metadata"].get("annotations")}
+                for kind in ("persistentvolumeclaims", "jobs") for o in _items(kubectl, kind)]
+
+    left: list[dict[str, Any]] = []
+
+    def gone() -> bool:
+        left[:] = leftovers()
+        return not left
+
+    try:
+        eventually(gone, timeout=120, what="the unused cache claim and its Job removed")
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {left}") from None
 
 
 def test_killed_download_resumes_without_fetching_finished_files(

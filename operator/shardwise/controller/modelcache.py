@@ -157,7 +157,12 @@ def collect_unused(kube: Kube, settings: Settings, items: list[dict[str, Any]], 
             kube.request("PATCH", path, body={"metadata": {"annotations": {mc.UNUSED_SINCE_ANNOTATION: None}}},
                          content_type="application/merge-patch+json")
         elif decision == "delete":
-            kube.delete_owned(claim)  # its downloader Job goes with it (owner reference)
+            # The Job first: its finished pod still counts as a user of the claim, whose
+            # protection finalizer would hold the claim (and so the owned Job) forever.
+            job = kube.get("batch/v1", "Job", meta["namespace"], f"{meta['name']}-download")
+            if job is not None:
+                kube.delete_owned(job)
+            kube.delete_owned({**claim, "apiVersion": "v1", "kind": "PersistentVolumeClaim"})
             log.info("%s/%s: removed model cache unused for %.0f s", *key, settings.model_cache_grace_seconds)
         if decision != "keep":
             done.append(f"{decision} {key[0]}/{key[1]}")

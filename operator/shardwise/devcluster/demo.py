@@ -2,7 +2,9 @@
 
 Starts the cluster (building it first if needed), installs the CRD, runs `shardwise run`, starts
 the simulated vLLM fleet (one engine per serving pod, on the pod's loopback IP), applies
-examples/, drives load at each model, and prints `kubectl get infd -A` until Ctrl-C. Every process
+examples/, drives load at each model, and prints `kubectl get infd -A` until Ctrl-C. One more
+example (examples/model-cache/) is served from the model cache: a local hub serves its weights,
+the downloader pod runs as a real process, and its progress shows in the Download column. Every process
 it started is stopped on the way out.
 """
 
@@ -50,6 +52,38 @@ def _start_load(cluster: LocalCluster, doc: dict, log_dir: pathlib.Path) -> Proc
     return process
 
 
+CACHE_EXAMPLE = ROOT / "examples/model-cache/tiny-llama.yaml"
+# The demo's hub serves the cached example's weights slowly enough to watch: four shards of
+# 64 MB at 1 MB/s each, about a minute of `Downloading NN% Ns left`.
+HUB_THROTTLE_BPS, TINY_MODEL_BYTES = 1_000_000, 256_000_000
+
+
+def _start_model_cache(cluster: LocalCluster, work_dir: pathlib.Path, logs: pathlib.Path) -> str:
+    """A local hub with the example's tiny model, a storage class whose one hostPath volume
+    stands for the cache disk (no provisioner runs here), and the runner of downloader pods."""
+    port = free_port()
+    repo = yaml.safe_load(CACHE_EXAMPLE.read_text())["spec"]["model"]["name"]
+    hub = Process("hub", _python("-m", "shardwise_runtime.sim.server", "hub", "--root", str(work_dir / "hub"),
+                                 "--port", str(port), "--throttle-bps", str(HUB_THROTTLE_BPS), "--tiny-model", repo,
+                                 "--tiny-model-bytes", str(TINY_MODEL_BYTES)), logs / "hub.log")
+    pods = Process("downloader-pods", _python("-m", "shardwise_runtime.sim.server", "pods", "--kubeconfig",
+                                              str(cluster.user_kubeconfig("shardwise-sim")), "--work-dir",
+                                              str(work_dir / "pods")), logs / "downloader-pods.log")
+    for process in (hub, pods):
+        process.start()
+        cluster.processes.append(process)
+    volume = work_dir / "volumes" / "cache-1"
+    volume.mkdir(parents=True, exist_ok=True)
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "local-cache"},
+         "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"},
+        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "local-cache-1"},
+         "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteMany", "ReadOnlyMany"],
+                  "storageClassName": "local-cache", "persistentVolumeReclaimPolicy": "Retain",
+                  "hostPath": {"path": str(volume)}}}]))
+    return f"http://127.0.0.1:{port}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topology", type=pathlib.Path, default=ROOT / "tests/fixtures/clusters/default.yaml")
@@ -81,11 +115,13 @@ def main(argv: list[str] | None = None) -> int:
             cluster.install_crd(cluster.bins["lws-crd.yaml"])
         print(f"control plane up in {time.monotonic() - started:.0f}s with {len(nodes)} simulated GPU nodes", flush=True)
         logs = cluster.log_dir
+        hub_url = _start_model_cache(cluster, args.work_dir, logs)
         operator = Process("operator", _python("-m", "shardwise.cli", "run", "--resync-seconds", "10",
                                                "--health-port", str(free_port())),
                            logs / "operator.log", env={"KUBECONFIG": str(cluster.user_kubeconfig("shardwise-operator")),
                                                        "SHARDWISE_METRICS_INTERVAL_SECONDS": "5",
-                                                       "SHARDWISE_METRICS_WINDOW_SECONDS": "60"})
+                                                       "SHARDWISE_METRICS_WINDOW_SECONDS": "60",
+                                                       "SHARDWISE_HUB_ENDPOINT": hub_url})
         fleet = Process("sim-fleet", _python("-m", "shardwise_runtime.sim.server", "fleet", "--kubeconfig",
                                              str(cluster.user_kubeconfig("shardwise-sim"))), logs / "sim-fleet.log")
         for process in (operator, fleet):
@@ -94,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
         docs = [yaml.safe_load(p.read_text()) for p in sorted(args.examples.glob("*.yaml"))]
         cluster.kubectl("apply", "-f", str(args.examples))
+        cluster.kubectl("apply", "-f", str(CACHE_EXAMPLE))
         for doc in docs:
             cluster.processes.append(_start_load(cluster, doc, logs))
 

@@ -68,6 +68,19 @@ def _parser() -> argparse.ArgumentParser:
     fleet.add_argument("--kubeconfig", required=True)
     fleet.add_argument("--namespace", default="all", help="a namespace, or `all` (default)")
 
+    hub = commands.add_parser("hub", help="a local Hugging Face hub serving repositories from a folder")
+    hub.add_argument("--root", required=True, help="folder holding <org>/<name>/ repositories")
+    hub.add_argument("--host", default="127.0.0.1")
+    hub.add_argument("--port", type=int, default=8090)
+    hub.add_argument("--throttle-bps", type=int, default=0, help="bytes/s per download (0: unthrottled)")
+    hub.add_argument("--tiny-model", default=None, help="first write a tiny model as this repository id")
+    hub.add_argument("--tiny-model-bytes", type=int, default=64 << 20, help="its weight bytes")
+
+    pods = commands.add_parser("pods", help="run model downloader pods as local processes")
+    pods.add_argument("--kubeconfig", required=True)
+    pods.add_argument("--namespace", default="all", help="a namespace, or `all` (default)")
+    pods.add_argument("--work-dir", required=True, help="logs, termination messages, emptyDirs")
+
     loadgen = commands.add_parser("load", help="stream chat requests at a fixed rate")
     where = loadgen.add_mutually_exclusive_group(required=True)
     where.add_argument(
@@ -126,6 +139,42 @@ def _fleet(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hub(args: argparse.Namespace) -> int:
+    import pathlib
+
+    from shardwise_runtime.sim import hub, tinymodel
+
+    root = pathlib.Path(args.root)
+    if args.tiny_model:
+        shards = 4
+        tinymodel.write_tiny_model(root / args.tiny_model, shards=shards, shard_bytes=args.tiny_model_bytes // shards)
+    local = hub.LocalHub(root, throttle_bps=args.throttle_bps)
+    web.run_app(local.app(), host=args.host, port=args.port, access_log=None, print=None)
+    return 0
+
+
+def _pods(args: argparse.Namespace) -> int:
+    import pathlib
+    import signal
+    import time
+
+    from shardwise_runtime.sim.localpods import LocalPodRunner
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt  # stop the downloads too: they run in sessions of their own
+
+    signal.signal(signal.SIGTERM, interrupt)
+    runner = LocalPodRunner(args.kubeconfig, args.namespace, pathlib.Path(args.work_dir)).start()
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        runner.stop()
+    return 0
+
+
 def _load(args: argparse.Namespace) -> int:
     targets: load.Targets = args.base_url
     close_targets: Callable[[], None] | None = None
@@ -179,7 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logging.WARNING if args.command == "load" else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return {"serve": _serve, "fleet": _fleet, "load": _load}[args.command](args)
+        commands = {"serve": _serve, "fleet": _fleet, "load": _load, "hub": _hub, "pods": _pods}
+        return commands[args.command](args)
     except ValueError as error:
         print(f"shardwise-sim: {error}", file=sys.stderr)
         return 2
