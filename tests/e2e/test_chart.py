@@ -73,6 +73,8 @@ OPERATOR_ALLOWED = [
     ("create", "leases.coordination.k8s.io", "release"),
     ("get", "leases.coordination.k8s.io/shardwise-operator", "release"),
     ("update", "leases.coordination.k8s.io/shardwise-operator", "release"),
+    ("get", "configmaps/shardwise-corrections", "release"),
+    ("patch", "configmaps/shardwise-corrections", "release"),
 ]
 OPERATOR_DENIED = [
     ("get", "secrets", ""),
@@ -89,6 +91,7 @@ OPERATOR_DENIED = [
     ("create", "pods/exec", "ns"),
     ("get", "configmaps/other", "release"),
     ("get", "configmaps/shardwise-pricing", "ns"),
+    ("patch", "configmaps/shardwise-pricing", "release"),
     ("create", "clusterroles.rbac.authorization.k8s.io", ""),
     ("escalate", "clusterroles.rbac.authorization.k8s.io", ""),
     ("bind", "clusterroles.rbac.authorization.k8s.io", ""),

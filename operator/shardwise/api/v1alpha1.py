@@ -322,6 +322,26 @@ class PricingSpec(_Model):
     )
 
 
+class WorkloadSpec(_Model):
+    """The traffic the planner's predictions are for: typical request shape and expected load."""
+
+    promptTokens: int = Field(
+        1024, ge=1, le=10_485_760, description="Typical prompt length in tokens; sets prefill cost (TTFT) and KV use."
+    )
+    outputTokens: int = Field(
+        256, ge=1, le=10_485_760, description="Typical output length in tokens; with promptTokens sizes the KV cache."
+    )
+    concurrency: int | None = Field(
+        None, ge=1, le=100_000,
+        description="Expected requests in flight per replica; defaults to serving.maxConcurrency (a full batch).",
+    )
+    requestsPerSecond: float | None = Field(
+        None, gt=0.0, le=1_000_000.0,
+        description="Expected request rate per replica (open loop); when set, predictions use it instead of "
+        "concurrency, including queueing.",
+    )
+
+
 class InferenceDeploymentSpec(_Model):
     model: ModelSpec = Field(..., description="The model to serve.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="vLLM serving settings.", **_EMPTY)
@@ -329,6 +349,9 @@ class InferenceDeploymentSpec(_Model):
         default_factory=ParallelismSpec, description="How the planner chooses tensor/pipeline parallelism.", **_EMPTY
     )
     placement: PlacementSpec = Field(default_factory=PlacementSpec, description="Where serving pods may run.", **_EMPTY)
+    workload: WorkloadSpec = Field(
+        default_factory=WorkloadSpec, description="Typical requests and load the predictions are for.", **_EMPTY
+    )
     replicas: int = Field(1, ge=0, le=MAX_REPLICAS, description="Serving replicas when autoscaling is off.")
     autoscaling: AutoscalingSpec | None = Field(
         None, description="Scale replicas to keep latency under SLOs; spec.replicas is then ignored."
@@ -359,6 +382,11 @@ class InferenceDeploymentStatus(_Model):
     plan: dict[str, Any] | None = Field(None, description="The parallelism plan in use, with predictions and reasons.")
     latency: dict[str, Any] | None = Field(None, description="Observed latency and throughput over the window.")
     cost: dict[str, Any] | None = Field(None, description="Cost at the observed throughput.")
+    prediction: dict[str, Any] | None = Field(
+        None,
+        description="Predicted versus observed TTFT, ITL and tokens/s per replica at the observed load, with "
+        "their ratio and the correction learned for this model, GPU product and layout.",
+    )
     autoscaling: dict[str, Any] | None = Field(None, description="The last scaling decision and its reason.")
     modelCache: dict[str, Any] | None = Field(
         None, description="The weight cache in use: claim, pinned commit, download progress (bytes, rate, time left)."

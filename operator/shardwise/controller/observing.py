@@ -29,7 +29,7 @@ import pydantic
 from shardwise import conditions, pricing
 from shardwise.api import v1alpha1 as api
 from shardwise.conditions import Condition
-from shardwise.controller import events
+from shardwise.controller import calibration, events
 from shardwise.controller.compare import merge_patch
 from shardwise.controller.kube import ApiException, Kube
 from shardwise.controller.quietlog import QuietLog
@@ -158,6 +158,7 @@ class Observer:
         self._clock = clock
         self._tracked: dict[Key, _Tracked] = {}
         self._quiet = QuietLog(log, "metrics cycle")
+        self.calibrator = calibration.Calibrator(kube, settings.namespace)
 
     def latest(self, namespace: str, name: str) -> aggregate.Summary | None:
         tracked = self._tracked.get((namespace, name))
@@ -196,6 +197,7 @@ class Observer:
                 meta = item["metadata"]
                 failed.append(f"{meta['namespace']}/{meta['name']}")
                 log.debug("observing %s failed", failed[-1], exc_info=result)
+        await asyncio.to_thread(self.calibrator.persist)
         if failed:  # said once per outage by the caller's QuietLog, not once per object per cycle
             first = next(r for r in results if isinstance(r, Exception))
             raise RuntimeError(f"{len(failed)} of {len(items)} deployments ({', '.join(failed[:3])}"
@@ -225,6 +227,9 @@ class Observer:
         latency = {**status.status_latency(summary), "scrapeErrors": len(result.errors)}
         ready = int((item.get("status") or {}).get("readyReplicas") or 0)
         figures = {"latency": latency, "cost": status_cost(plan, ready, spec, prices, summary)}
+        prediction = await asyncio.to_thread(self.calibrator.observe, item.get("spec") or {}, plan, summary)
+        if prediction is not None:
+            figures["prediction"] = prediction
         observed = Observed(figures, len(targets), result.errors)
         await asyncio.to_thread(self._write, key, spec, observed, tracked, now)
 

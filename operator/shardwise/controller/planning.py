@@ -18,7 +18,7 @@ from shardwise.render.labels import INSTANCE_LABEL, REPLAN_ANNOTATION
 
 def planning_fingerprint(spec: InferenceDeploymentSpec) -> str:
     """Hash of the spec fields that change a plan (not replicas, image, extraArgs or autoscaling)."""
-    data = spec.model_dump(mode="json", include={"model", "parallelism", "placement", "pricing"})
+    data = spec.model_dump(mode="json", include={"model", "parallelism", "placement", "pricing", "workload"})
     serving = spec.serving
     data["serving"] = [serving.maxModelLen, serving.maxConcurrency, serving.gpuMemoryUtilization]
     data["model"].pop("hfTokenSecretRef", None)
@@ -59,13 +59,15 @@ def pods_of_others(pods: list[dict[str, Any]], namespace: str, name: str) -> lis
 
 
 def make_plan(spec_dict: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
-              prices: dict[str, float] | None, *, fingerprint: str, token: str) -> dict[str, Any]:
+              prices: dict[str, float] | None, *, fingerprint: str, token: str,
+              learned: dict[str, planner.plans.Correction] | None = None) -> dict[str, Any]:
     try:
         request = planner.request_from_spec(spec_dict)
     except planner.PlanInputError as exc:  # e.g. a model the catalog lacks and no architecture given
         result: dict[str, Any] = {"feasible": False, "reasonCode": "InvalidModel", "reason": str(exc)}
     else:
-        result = planner.plan(request, planner.inventory_from_nodes(nodes, pods), prices=prices).to_dict()
+        inventory = planner.inventory_from_nodes(nodes, pods)
+        result = planner.plan(request, inventory, prices=prices, learned=learned).to_dict()
     result["specFingerprint"] = fingerprint
     result["replanToken"] = token
     return result

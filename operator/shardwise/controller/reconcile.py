@@ -18,7 +18,7 @@ from typing import Any
 import pydantic
 
 from shardwise.api import v1alpha1 as api
-from shardwise.controller import cachestate, events, missing_api, modelcache, planning, progress
+from shardwise.controller import calibration, cachestate, events, missing_api, modelcache, planning, progress
 from shardwise.controller.compare import contains, merge_patch
 from shardwise.controller.kube import ApiException, Kube
 from shardwise.controller.settings import Settings
@@ -132,7 +132,8 @@ def _plan(kube: Kube, settings: Settings, infd: dict[str, Any], spec: api.Infere
         return current
     prices = kube.pricing_table(settings.namespace, settings.pricing_configmap)
     others = planning.pods_of_others(kube.list_gpu_pods(), infd["metadata"]["namespace"], infd["metadata"]["name"])
-    return planning.make_plan(infd.get("spec") or {}, nodes, others, prices, fingerprint=fingerprint, token=token)
+    return planning.make_plan(infd.get("spec") or {}, nodes, others, prices, fingerprint=fingerprint, token=token,
+                              learned=calibration.read_table(kube, settings.namespace))
 
 
 def _write_status(kube: Kube, infd: dict[str, Any], update: dict[str, Any]) -> bool:

@@ -69,6 +69,9 @@ class Summary:
     # vLLM's lowest queue-time bucket is 0.3 s, so the PromQL p95 of near-zero queues reads as
     # ~285 ms (interpolation inside the first bucket); the mean (sum / count) tells the truth.
     queue_mean_ms: float | None = None
+    # Means (sum / count) are what the planner predicts; quantiles of coarse buckets are not.
+    ttft_mean_ms: float | None = None
+    itl_mean_ms: float | None = None
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
@@ -281,6 +284,8 @@ def summarize(
         waiting=gauge_sum(parse.WAITING),
         kv_cache_usage=sum(kv) / len(kv) if kv else None,
         queue_mean_ms=_mean_ms(total, parse.QUEUE),
+        ttft_mean_ms=_mean_ms(total, parse.TTFT),
+        itl_mean_ms=_mean_ms(total, parse.ITL),
     )
 
 

@@ -20,8 +20,9 @@ from typing import Any
 import yaml
 
 from shardwise import planner, pricing
-from shardwise.planner import plans
+from shardwise.planner import corrections, plans
 
+_BAND_NAMES = {"ttftMs": "TTFT", "itlMs": "ITL", "tokensPerSecond": "tokens/s"}
 EXIT_FEASIBLE = 0
 EXIT_BAD_INPUT = 1
 EXIT_INFEASIBLE = 2
@@ -48,6 +49,20 @@ def register(subparsers: Any) -> None:
         "--prices", help="YAML map of GPU product to USD per GPU-hour (cluster pricing table)"
     )
     parser.add_argument("-o", "--output", choices=("json", "table"), default="table")
+    workload = parser.add_argument_group(
+        "workload", "override spec.workload: the traffic the predictions are for"
+    )
+    workload.add_argument("--prompt-tokens", type=int, help="typical prompt length in tokens")
+    workload.add_argument("--output-tokens", type=int, help="typical output length in tokens")
+    workload.add_argument("--concurrency", type=int, help="requests in flight per replica")
+    workload.add_argument(
+        "--requests-per-second", type=float, help="request rate per replica (open loop)"
+    )
+    parser.add_argument(
+        "--operator-namespace",
+        default="shardwise-system",
+        help="with --cluster: where the operator keeps its learned corrections ConfigMap",
+    )
     parser.set_defaults(func=run)
 
 
@@ -95,6 +110,39 @@ def _objects(path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return nodes, pods
 
 
+def _with_workload(spec: Mapping[str, Any], args: argparse.Namespace) -> Mapping[str, Any]:
+    overrides = {
+        field: value
+        for field, value in (
+            ("promptTokens", args.prompt_tokens),
+            ("outputTokens", args.output_tokens),
+            ("concurrency", args.concurrency),
+            ("requestsPerSecond", args.requests_per_second),
+        )
+        if value is not None
+    }
+    if not overrides:
+        return spec
+    return {**spec, "workload": {**(spec.get("workload") or {}), **overrides}}
+
+
+def _cluster_corrections(namespace: str) -> dict[str, plans.Correction]:
+    """The operator's learned corrections (ConfigMap shardwise-corrections), if readable."""
+    from kubernetes import client  # lazily, as in _cluster_objects
+
+    try:
+        cm = client.CoreV1Api().read_namespaced_config_map("shardwise-corrections", namespace)
+    except client.ApiException as error:
+        if error.status not in (403, 404):
+            raise
+        return {}
+    text = (cm.data or {}).get("corrections.json")
+    try:
+        return corrections.from_table(json.loads(text)) if text else {}
+    except ValueError:
+        return {}
+
+
 def _cluster_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from kubernetes import client, config  # lazily: only --cluster needs a client
 
@@ -138,6 +186,16 @@ def _table(result: plans.Plan) -> str:
             f"{p.tokens_per_second:.0f} tokens/s, ${p.hourly_usd:.2f}/h, "
             f"${p.per_million_output_tokens_usd:.2f}/1M output tokens ({p.price_source} price)"
         )
+    if result.predicted and result.predicted.error_band:
+        p = result.predicted
+        bands = ", ".join(
+            f"{_BAND_NAMES[metric]} x{typical:.2f} typical, x{p90:.2f} at p90"
+            for metric, typical, p90 in p.error_band
+        )
+        lines.append(
+            f"ERROR BAND   {bands} (calibration fit, {p.gpu_family} GPUs; "
+            "docs/planner-calibration.md)"
+        )
     if result.capacity_message:
         lines.append(
             f"SCHEDULABLE  {'yes' if result.schedulable_now else 'no'}: {result.capacity_message}"
@@ -169,10 +227,14 @@ def _table(result: plans.Plan) -> str:
 def run(args: argparse.Namespace) -> int:
     """Handle `shardwise plan`; returns the exit status."""
     try:
-        request = planner.request_from_spec(_deployment_spec(args.filename))
+        request = planner.request_from_spec(_with_workload(_deployment_spec(args.filename), args))
         nodes, pods = _cluster_objects() if args.cluster else _objects(args.nodes)
+        learned = _cluster_corrections(args.operator_namespace) if args.cluster else {}
         result = planner.plan(
-            request, planner.inventory_from_nodes(nodes, pods), prices=_prices(args.prices)
+            request,
+            planner.inventory_from_nodes(nodes, pods),
+            prices=_prices(args.prices),
+            learned=learned,
         )
     except (planner.PlanInputError, _InputError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -29,6 +29,8 @@ class GpuFacts:
     pcie_gbps: float
     source: str
     known: bool = True
+    fp8_tflops: float = 0.0  # 0: no fp8 tensor cores (fp8 weights run weight-only at the bf16 rate)
+    family: str = "unknown"  # ampere | ada | hopper | blackwell: selects fitted efficiencies
 
 
 # Conservative stand-ins for a product missing from gpus.yaml: an L4's bandwidth and compute,
@@ -56,6 +58,8 @@ def _catalog() -> dict[str, GpuFacts]:
             nvlink_gbps=float(entry["nvlinkGBps"]),  # type: ignore[arg-type]
             pcie_gbps=float(entry["pcieGBps"]),  # type: ignore[arg-type]
             source=str(entry["source"]),
+            fp8_tflops=float(entry.get("fp8Tflops", 0.0)),  # type: ignore[arg-type]
+            family=str(entry.get("family", "unknown")),
         )
         for name in [product, *entry.get("aliases", [])]:  # type: ignore[misc]
             table[pricing.normalize_product(str(name))] = facts
@@ -98,6 +102,7 @@ def lookup_gpu(product: str, memory_mib: int | None = None) -> GpuFacts:
             "memory_mib": memory_mib,
             "memory_bandwidth_gbps": facts.memory_bandwidth_gbps * share,
             "bf16_tflops": facts.bf16_tflops * share,
+            "fp8_tflops": facts.fp8_tflops * share,
             "nvlink_gbps": 0.0,
         }
     )

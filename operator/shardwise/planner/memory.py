@@ -53,6 +53,13 @@ class MemoryFit:
     def fits(self) -> bool:
         return self.needed_gib <= self.usable_gib
 
+    def kv_room_tokens(self, max_model_len: int) -> float:
+        """Tokens of KV cache the room left after weights and overhead holds (per replica)."""
+        room = self.usable_gib - self.weights_gib - self.overhead_gib
+        if room <= 0 or self.kv_gib_per_sequence <= 0:
+            return 0.0
+        return room / self.kv_gib_per_sequence * max_model_len
+
     @property
     def sequences_that_fit(self) -> int:
         """How many maxModelLen sequences the KV room left after weights and overhead holds."""

@@ -1,56 +1,41 @@
-"""Performance model: predicted inter-token latency (ITL), time to first token (TTFT) and tokens/s.
+"""Performance model: predicted inter-token latency (ITL), time to first token (TTFT) and tokens/s
+of one replica under a planned workload (prompt and output tokens, concurrency or request rate).
 
-Decoding is bound by memory reads, prefill by compute; TP adds two all-reduces per layer, PP adds a
-hop per stage boundary. Everything below is per replica at the target concurrency C.
+It models vLLM's engine step by step. Each step runs every running sequence's next token (the decode
+batch) plus the prompt tokens admitted by chunked prefill, up to `max_num_batched_tokens`. One
+pipeline stage of one step costs
 
-Decode step (ITL). With PP, vLLM keeps PP micro-batches of B = ceil(C / PP) sequences in flight, one
-per stage, so a token crosses every stage once per step:
+    stage = max(FLOPs / (peak x compute efficiency), bytes / (HBM bandwidth x memory efficiency))
+            + layers/PP x (layer overhead [+ MoE layer overhead])
+            + layers/PP x 2 x all-reduce(TP, tokens x hiddenSize x 2 bytes)
 
-    stage  = max(bytes read / (HBM bandwidth x 0.8), FLOPs / (TFLOP/s x 0.5))
-             + layers/PP x 2 x all-reduce(TP, B x hiddenSize x 2 bytes)
-    bytes read = weights x share / TP + B x context x KV bytes/token x share / min(TP, kvHeads)
-    ITL    = PP x stage + (PP - 1) x hop + 0.5 ms step overhead (scheduler, sampler, launch)
+- FLOPs = 2 x active parameters x tokens / TP + attention (4 x layers x heads x headDim x attended
+  tokens / TP); the peak is the fp8 rate for fp8 weights on GPUs with fp8 tensor cores, else bf16
+  (AWQ/GPTQ int4 and fp8 on Ampere run weight-only: bytes shrink, compute stays at bf16).
+- bytes = weights touched / TP (a mixture-of-experts batch of n tokens touches
+  1 - (1 - active/total)^n of the expert weights) + KV cache read for the decode batch.
+- All-reduce: ring, 2(TP-1)/TP x message / link + latency terms; NVLink uses vLLM's one-shot custom
+  all-reduce (microseconds), PCIe pays NCCL ring steps through the host bridge (see `Link`).
+- The fixed per-layer cost (kernel launches that CUDA graphs do not hide, MoE routing and grouped
+  GEMMs) does not shrink with TP: this is why MoE and small models scale sublinearly in TP.
 
-- context = the reference request's mean length, min(maxModelLen, 1024 + 256/2) tokens.
-- MoE: a batch of B tokens touches a fraction 1 - (1 - active/total)^B of the expert weights (each
-  token reads `active` parameters' worth; routing treated as independent), at least `active`.
-- All-reduce (ring): 2(TP-1)/TP x message / link bandwidth + alpha + 2(TP-1) x beta. Link bandwidth
-  is one direction, 80% achieved. NVLink: bandwidth = label / 2; alpha 5 us, beta 0.25 us, because
-  vLLM's custom all-reduce does small messages in one shot over NVLink P2P
-  (vllm/distributed/device_communicators/custom_all_reduce.py) in single-digit microseconds. PCIe:
-  GPU's PCIe bandwidth, alpha 10 us, beta 3 us: NCCL rings through the host bridge and vLLM turns
-  its custom all-reduce off beyond two GPUs without full NVLink (GPU-FACTS.md), so each of the
-  2(TP-1) ring steps pays a PCIe round trip: tens of microseconds per call.
-  NVLink across nodes of one clique (GB200 NVL72): alpha 8 us.
-- PP hop: activations of the micro-batch; 10 us + bytes / PCIe (or NVLink) bandwidth inside a node,
-  25 us + bytes / 12.5 GB/s (100 Gb/s, a conservative NIC share per GPU) across nodes.
+A step over PP stages: vLLM keeps PP micro-batches of running/PP sequences in flight, so a token
+crosses every stage once per step: step = PP x stage + hops + step overhead. ITL is that step time
+with the planned load's prefill chunks mixed in, so ITL rises with load and with prompt length.
 
-TTFT, reference prompt of 1024 tokens on an idle replica: stages run one after another for a single
-prompt, so PP does not shorten it (the issue's 2 x active x tokens / (TP x PP) holds for throughput,
-below, not for one prompt; the sources in GPU-FACTS.md report PP with higher TTFT than TP):
+Load. With concurrency C (closed loop, as `vllm bench serve --max-concurrency`), the engine runs
+R = min(C, maxConcurrency, KV-cache capacity in sequences of prompt+output tokens); the rest queue.
+A request lives L = max(O, R x P / prefill budget) + ceil(P / budget) - 1 steps, so each step
+carries R decodes and R x P / L prompt tokens on average. Output tokens/s = R x O / (L x step).
+TTFT = queue wait + prefill chunks (each a step shared with the decodes) + half a step (a request
+arrives mid-step). Closed loop: wait = (C/R - 1) x request time (Little's law). With a request rate
+instead, R solves rate x request time = R, and the wait is Sakasegawa's M/M/c approximation.
 
-    TTFT = PP x [max(2 x active x tokens x share / TP / (TFLOP/s x 0.5), weights x share / TP / BW)
-                  + layers/PP x 2 x all-reduce(TP, tokens x hiddenSize x 2 bytes)] + hops + 0.5 ms
+Floors, never crossed: ITL and TTFT >= active weight bytes / (TP x HBM bandwidth) (every stage reads
+its weights once per step, stages in sequence); tokens/s <= GPUs x peak / (2 x active parameters).
 
-Throughput: in steady state each of the C streams prefills a 1024-token prompt and decodes 256
-tokens. A prefill occupies each stage for one stage-time (PP pipelines prompts), so per cycle of
-256 steps:
-
-    tokens/s = C x 256 / (256 x ITL + C x prefill stage time)
-
-This is where PP gains on PCIe: TP's prefill all-reduces carry tokens x hiddenSize bytes and become
-slow on PCIe, while PP's stage boundary carries the same bytes once. Decoding moves B x hiddenSize
-bytes per all-reduce: with few streams latency, not bandwidth, dominates and TP's split of the
-weight reads wins on ITL even over PCIe; with many streams (hundreds) the all-reduces grow and PP
-wins throughput, as vLLM's docs advise for PCIe. The reason states the margin either way.
-
-Floor: no prediction beats active weight bytes / (GPUs x peak HBM bandwidth), the time for every GPU
-of the replica to read its share of the weights once at full speed.
-
-Worked example, Llama-3.1-70B bf16, TP4 on H100 SXM (3,350 GB/s, NVLink 900 GB/s), C = 16:
-weights per GPU 35.3 GB / 2,680 GB/s = 13.2 ms; KV 16 x 1152 x 327,680 B / 4 = 1.5 GB -> 0.56 ms;
-all-reduce of 16 x 8192 x 2 B = 262 kB: 1.5 x 262 kB / 360 GB/s + 5 us + 6 x 0.25 us = 7.6 us,
-x 160 = 1.2 ms; ITL = 15.0 + 0.5 = 15.5 ms, about 1,000 tokens/s decode-only for 16 streams.
+The constants (efficiencies per GPU family, step and layer overheads) are fitted on published
+measurements: efficiency.yaml, measurements.yaml, docs/planner-calibration.md.
 """
 
 from __future__ import annotations
@@ -58,25 +43,36 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from shardwise.planner import memory, models
+from shardwise.planner import efficiency, memory, models
 
-MEMORY_BANDWIDTH_EFFICIENCY = 0.8
-COMPUTE_EFFICIENCY = 0.5
 LINK_EFFICIENCY = 0.8
-STEP_OVERHEAD_S = 0.5e-3
-REFERENCE_PROMPT_TOKENS = 1024
-REFERENCE_OUTPUT_TOKENS = 256
 ACTIVATION_BYTES = 2
 INTER_NODE_GBPS = 12.5
 INTER_NODE_LATENCY_S = 25e-6
 INTRA_NODE_HOP_LATENCY_S = 10e-6
+DEFAULT_PROMPT_TOKENS = 1024
+DEFAULT_OUTPUT_TOKENS = 256
+# vLLM's default --max-num-batched-tokens for the API server: 8192 on GPUs of 70 GiB and more,
+# 2048 below (vllm/engine/arg_utils.py, default_max_num_batched_tokens).
+LARGE_GPU_BATCHED_TOKENS = 8192
+SMALL_GPU_BATCHED_TOKENS = 2048
+
+
+def default_batched_tokens(gpu_memory_mib: int) -> int:
+    """vLLM's default chunked-prefill budget for a GPU of this memory size."""
+    large = gpu_memory_mib * memory.MIB >= 70 * memory.GIB
+    return LARGE_GPU_BATCHED_TOKENS if large else SMALL_GPU_BATCHED_TOKENS
+
+
+# A rate the replica cannot serve gets a TTFT as if 99% busy, and `saturated` says so.
+_MAX_UTILIZATION = 0.99
 
 
 @dataclass(frozen=True)
 class Link:
     """A collective's path: one-direction bandwidth and the latency terms of a ring all-reduce."""
 
-    kind: str  # nvlink | nvlink-fabric | pcie
+    kind: str  # nvlink | nvlink-fabric | pcie | network
     gbps: float
     alpha_s: float
     beta_s: float
@@ -112,32 +108,44 @@ class Hardware:
     tp_link: Link
     stage_link: Link  # PP hop inside a node
     inter_node_hops: int  # PP boundaries that cross nodes
+    fp8_tflops: float = 0.0
+    family: str = "unknown"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The model, the engine limits and the traffic the prediction is for."""
+
+    arch: models.ModelArch
+    bytes_per_weight: float
+    max_model_len: int
+    max_concurrency: int  # vLLM --max-num-seqs
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS
+    output_tokens: int = DEFAULT_OUTPUT_TOKENS
+    concurrency: int | None = None  # planned requests in flight; default max_concurrency
+    request_rate: float | None = None  # planned requests/s (open loop); wins over concurrency
+    kv_capacity_tokens: float | None = None  # KV cache room per replica; None = unbounded
+    fp8_compute: bool = False  # fp8 weights and activations (W8A8) where the GPU has fp8
+    batched_tokens: int = SMALL_GPU_BATCHED_TOKENS  # vLLM --max-num-batched-tokens
+    kv_bytes_per_element: float = memory.KV_BYTES_PER_ELEMENT
 
 
 @dataclass(frozen=True)
 class Prediction:
     itl_s: float
     ttft_s: float
-    tokens_per_s: float
+    tokens_per_s: float  # output tokens/s at the planned load
     floor_s: float
+    running: float = 0.0  # sequences decoding at once at the planned load
+    saturated: bool = False  # the planned request rate exceeds what the replica serves
 
 
-@dataclass(frozen=True)
-class Workload:
-    """The model and request-side numbers the prediction needs."""
-
-    arch: models.ModelArch
-    bytes_per_weight: float
-    max_model_len: int
-    max_concurrency: int
-
-
-def _touched_weight_bytes(work: Workload, batch: int) -> float:
+def _touched_weight_bytes(work: Workload, tokens: float) -> float:
     total = work.arch.parameters * work.bytes_per_weight
     active = work.arch.active_parameters * work.bytes_per_weight
     if not work.arch.is_moe:
         return total
-    return max(active, total * (1 - (1 - active / total) ** batch))
+    return max(active, total * (1 - (1 - active / total) ** max(tokens, 1.0)))
 
 
 def _hops_s(hw: Hardware, pp: int, message_bytes: float) -> float:
@@ -148,44 +156,155 @@ def _hops_s(hw: Hardware, pp: int, message_bytes: float) -> float:
     return intra_s + inter_s
 
 
-def _stage_s(
-    work: Workload, hw: Hardware, tp: int, pp: int, *, tokens: int, read_bytes: float
-) -> float:
-    """One stage's time for `tokens` tokens whose per-GPU memory reads total `read_bytes`."""
-    arch = work.arch
-    layers = math.ceil(arch.layers / pp)
-    share = memory.stage_share(arch.layers, pp)
-    flops = 2 * arch.active_parameters * tokens * share / tp
-    compute_s = flops / (hw.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY)
-    memory_s = read_bytes / (hw.memory_bandwidth_gbps * 1e9 * MEMORY_BANDWIDTH_EFFICIENCY)
-    message = tokens * arch.hidden_size * ACTIVATION_BYTES
-    return max(compute_s, memory_s) + layers * 2 * hw.tp_link.all_reduce_s(tp, message)
+@dataclass(frozen=True)
+class _Engine:
+    """Per-layout constants of one replica, computed once per prediction."""
+
+    work: Workload
+    hw: Hardware
+    tp: int
+    pp: int
+    eff: efficiency.Efficiency
+
+    @property
+    def share(self) -> float:
+        return memory.stage_share(self.work.arch.layers, self.pp)
+
+    def peak_flops(self) -> float:
+        fam = self.eff.family(self.hw.family)
+        fp8 = self.work.fp8_compute and self.hw.fp8_tflops > 0
+        return (self.hw.fp8_tflops if fp8 else self.hw.bf16_tflops) * 1e12 * fam.compute
+
+    def stage_s(self, decode: float, prefill: float, context: float, prompt: float) -> float:
+        """One stage, one micro-batch: `decode` sequences at `context` tokens of history plus
+        `prefill` prompt tokens of prompts `prompt` tokens long."""
+        arch, tp, share = self.work.arch, self.tp, self.share
+        fam = self.eff.family(self.hw.family)
+        tokens = decode + prefill
+        layers = math.ceil(arch.layers / self.pp)
+        attention = 4 * layers * arch.attention_heads * arch.head_dim / tp
+        flops = 2 * arch.active_parameters * tokens * share / tp
+        flops += attention * (decode * context + prefill * prompt / 2)
+        kv_per_token = (
+            arch.kv_elements_per_token() * self.work.kv_bytes_per_element * share
+            / min(tp, arch.kv_heads)
+        )
+        read = _touched_weight_bytes(self.work, tokens) * share / tp
+        read += (decode * context + prefill) * kv_per_token
+        compute_s = flops / self.peak_flops()
+        memory_s = read / (self.hw.memory_bandwidth_gbps * 1e9 * fam.memory)
+        fixed = self.eff.layer_overhead_s + (self.eff.moe_layer_overhead_s if arch.is_moe else 0)
+        message = tokens * arch.hidden_size * ACTIVATION_BYTES
+        comm = layers * 2 * self.hw.tp_link.all_reduce_s(tp, message)
+        # Compute and memory traffic overlap only partly within a step (decode GEMVs and prefill
+        # GEMMs run as separate kernels): the smaller one adds its `overlap` share.
+        roofline = max(compute_s, memory_s) + self.eff.overlap * min(compute_s, memory_s)
+        return roofline + layers * fixed + comm
+
+    def step_s(
+        self, running: float, prefill: float, context: float, prompt: float, *, chunk: bool = False
+    ) -> float:
+        """One engine step: every micro-batch through every stage, hops, scheduler overhead.
+
+        Prompt tokens spread over the PP micro-batches on average; one request's `chunk` does not:
+        it rides one micro-batch through every stage in turn."""
+        pp = self.pp
+        per_batch = prefill if chunk else prefill / pp
+        stage = self.stage_s(running / pp, per_batch, context, prompt)
+        hops = _hops_s(self.hw, pp, (running / pp + per_batch) * self.work.arch.hidden_size * 2)
+        return pp * stage + hops + self.eff.step_overhead_s
 
 
-def predict(work: Workload, hw: Hardware, tp: int, pp: int) -> Prediction:
-    arch = work.arch
-    share = memory.stage_share(arch.layers, pp)
-    concurrency = work.max_concurrency
-    batch = math.ceil(concurrency / pp)
-    context = min(work.max_model_len, REFERENCE_PROMPT_TOKENS + REFERENCE_OUTPUT_TOKENS // 2)
-    kv_per_token = memory.kv_bytes_per_token(arch) * share / min(tp, arch.kv_heads)
+@dataclass(frozen=True)
+class _Steady:
+    running: float
+    itl_s: float
+    prefill_s: float  # TTFT without queueing
+    request_s: float  # prefill + decoding, in the engine
+    tokens_per_s: float
 
-    decode_reads = _touched_weight_bytes(work, batch) * share / tp + batch * context * kv_per_token
-    decode_stage = _stage_s(work, hw, tp, pp, tokens=batch, read_bytes=decode_reads)
-    decode_hops = _hops_s(hw, pp, batch * arch.hidden_size * ACTIVATION_BYTES)
-    floor = (
-        arch.active_parameters * work.bytes_per_weight / (tp * pp * hw.memory_bandwidth_gbps * 1e9)
+
+def _capacity(work: Workload) -> float:
+    """Sequences the engine runs at once: max-num-seqs, bounded by the KV cache."""
+    cap = float(work.max_concurrency)
+    if work.kv_capacity_tokens is not None:
+        per_sequence = work.prompt_tokens + work.output_tokens
+        cap = min(cap, max(1.0, work.kv_capacity_tokens / per_sequence))
+    return cap
+
+
+def _steady(engine: _Engine, running: float) -> _Steady:
+    work = engine.work
+    prompt, output = float(work.prompt_tokens), float(max(work.output_tokens, 1))
+    budget = float(work.batched_tokens)
+    room = max(budget - running, budget / 4)  # prefill tokens a step can take beside decodes
+    chunks = math.ceil(prompt / room)
+    life = max(output, running * prompt / room) + chunks - 1  # steps a request spends running
+    context = prompt + output / 2
+    step = engine.step_s(running, running * prompt / life, context, prompt)
+    chunk = min(prompt, room)
+    busy = running > 1
+    # Each of this request's chunks rides a step with the other running sequences' decodes.
+    chunk_step = engine.step_s(running - 1 if busy else 0.0, chunk, context, prompt, chunk=True)
+    prefill = chunks * chunk_step + (step / 2 if busy else 0.0)
+    request = prefill + (output - 1) * step
+    # Prompts also queue behind each other for the prefill budget: an M/D/1 wait on the prefill
+    # work, arriving at R / request time (vLLM admits prompts first come, first served).
+    alone = chunks * engine.step_s(0.0, chunk, prompt, prompt, chunk=True)
+    busy_share = min(0.95, running / request * alone) if busy else 0.0
+    prefill += busy_share / (2 * (1 - busy_share)) * alone
+    return _Steady(
+        running=running,
+        itl_s=step,
+        prefill_s=prefill + engine.eff.request_overhead_s,
+        request_s=prefill + engine.eff.request_overhead_s + (output - 1) * step,
+        tokens_per_s=running * output / (life * step),
     )
-    itl = max(floor, pp * decode_stage + decode_hops + STEP_OVERHEAD_S)
 
-    prompt = min(REFERENCE_PROMPT_TOKENS, work.max_model_len)
-    prefill_reads = arch.parameters * work.bytes_per_weight * share / tp
-    prefill_stage = _stage_s(work, hw, tp, pp, tokens=prompt, read_bytes=prefill_reads)
-    prefill_hops = _hops_s(hw, pp, prompt * arch.hidden_size * ACTIVATION_BYTES)
-    ttft = max(floor, pp * prefill_stage + prefill_hops + STEP_OVERHEAD_S)
 
-    output = REFERENCE_OUTPUT_TOKENS
-    cycle = output * itl + concurrency * prefill_stage
+def _sakasegawa_wait(utilization: float, servers: float, service_s: float) -> float:
+    """Mean queue wait of an M/M/c queue (Sakasegawa 1977), c = `servers`."""
+    exponent = math.sqrt(2 * (servers + 1)) - 1
+    return utilization**exponent / (servers * (1 - utilization)) * service_s
+
+
+def predict(
+    work: Workload,
+    hw: Hardware,
+    tp: int,
+    pp: int,
+    eff: efficiency.Efficiency | None = None,
+) -> Prediction:
+    engine = _Engine(work, hw, tp, pp, eff or efficiency.fitted())
+    cap = _capacity(work)
+    saturated = False
+    if work.request_rate is not None and work.request_rate > 0:
+        full = _steady(engine, cap)
+        if work.request_rate * full.request_s >= cap * _MAX_UTILIZATION:
+            saturated = work.request_rate * full.request_s >= cap
+            state, utilization = full, _MAX_UTILIZATION
+        else:
+            running = max(1.0, work.request_rate * full.request_s)
+            for _ in range(30):  # Little's law fixed point: R = rate x request time(R)
+                state = _steady(engine, running)
+                running = min(cap, max(1.0, work.request_rate * state.request_s))
+            state = _steady(engine, running)
+            utilization = min(_MAX_UTILIZATION, work.request_rate * state.request_s / cap)
+        wait = _sakasegawa_wait(utilization, cap, state.request_s)
+        tokens = min(state.tokens_per_s, work.request_rate * work.output_tokens)
+    else:
+        concurrency = float(work.concurrency or work.max_concurrency)
+        state = _steady(engine, min(concurrency, cap))
+        wait = max(0.0, concurrency / state.running - 1) * state.request_s
+        tokens = state.tokens_per_s
+    arch = work.arch
+    floor = arch.active_parameters * work.bytes_per_weight / (tp * hw.memory_bandwidth_gbps * 1e9)
+    ceiling = tp * pp * engine.peak_flops() / (2 * arch.active_parameters)
     return Prediction(
-        itl_s=itl, ttft_s=ttft, tokens_per_s=concurrency * output / cycle, floor_s=floor
+        itl_s=max(floor, state.itl_s),
+        ttft_s=max(floor, state.prefill_s + wait),
+        tokens_per_s=min(ceiling, tokens),
+        floor_s=floor,
+        running=state.running,
+        saturated=saturated,
     )

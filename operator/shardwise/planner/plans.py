@@ -29,15 +29,49 @@ class Predicted:
     hourly_usd: float
     per_million_output_tokens_usd: float
     price_source: str
+    # metric -> (typical, p90) factor of |predicted / measured| in the calibration fit
+    error_band: tuple[tuple[str, float, float], ...] = ()
+    gpu_family: str = ""
+    saturated: bool = False
+    correction: Correction | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "itlMs": round(self.itl_ms, 2),
             "ttftMs": round(self.ttft_ms, 1),
             "tokensPerSecond": round(self.tokens_per_second, 1),
             "hourlyUSD": round(self.hourly_usd, 2),
             "perMillionOutputTokensUSD": round(self.per_million_output_tokens_usd, 3),
             "priceSource": self.price_source,
+        }
+        if self.saturated:
+            body["saturated"] = True
+        if self.error_band:
+            body["expectedError"] = {
+                "gpuFamily": self.gpu_family,
+                **{metric: {"typicalFactor": round(typical, 2), "p90Factor": round(p90, 2)}
+                   for metric, typical, p90 in self.error_band},
+            }
+        if self.correction is not None:
+            body["correction"] = self.correction.to_dict()
+        return body
+
+
+@dataclass(frozen=True)
+class Correction:
+    """Observed/predicted factors learned from the fleet, already applied to the figures."""
+
+    ttft: float
+    itl: float
+    tokens_per_second: float
+    samples: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ttftFactor": round(self.ttft, 3),
+            "itlFactor": round(self.itl, 3),
+            "tokensPerSecondFactor": round(self.tokens_per_second, 3),
+            "samples": self.samples,
         }
 
 

@@ -21,6 +21,13 @@ def _label(c: Candidate) -> str:
     return f"TP{c.layout.tp} x PP{c.layout.pp}"
 
 
+def _load(request: PlanRequest) -> str:
+    """The planned load in words: what the predictions assume."""
+    if request.request_rate is not None:
+        return f"{request.request_rate:g} requests/s"
+    return f"{request.concurrency or request.max_concurrency} streams"
+
+
 def topology(shape: inventory.GpuShape) -> str:
     if not shape.topology_labelled:
         return "topology unlabelled, treated as PCIe"
@@ -143,7 +150,7 @@ def _objective(
     if request.objective == "Throughput":
         text = (
             f"Highest predicted throughput per GPU: {chosen.tokens_per_gpu:.0f} tokens/s/GPU "
-            f"({pred.tokens_per_s:.0f} tokens/s for {request.max_concurrency} streams)"
+            f"({pred.tokens_per_s:.0f} tokens/s for {_load(request)})"
         )
         if runner:
             text += (
@@ -211,7 +218,7 @@ def _pcie_comparison(
         text += (
             f": TP is {itl_gain:.1f}x faster per token with {tps_gain:.1f}x the throughput, its "
             f"split of the weight reads outweighing {all_reduces}, so vLLM's advice to prefer PP "
-            f"on PCIe does not pay at {request.max_concurrency} streams"
+            f"on PCIe does not pay at {_load(request)}"
         )
     elif itl_gain < 1 and tps_gain < 1:
         text += (
@@ -324,3 +331,15 @@ def insufficient_memory(request: PlanRequest, closest: Candidate) -> str:
     if closest.layout.nodes == len(closest.eligible.nodes) and closest.layout.nodes > 1:
         text += f" All {closest.layout.nodes} matching {closest.shape.product} nodes are used."
     return text
+
+
+def correction_note(c: Candidate) -> str:
+    """Says when the figures include the fleet's learned correction, and by how much."""
+    corr = c.correction
+    if corr is None:
+        return ""
+    return (
+        f" Predictions include a correction learned from {corr.samples} observed window(s) of this "
+        f"model on {c.shape.product} at {_label(c)}: TTFT x{corr.ttft:.2f}, ITL x{corr.itl:.2f}, "
+        f"tokens/s x{corr.tokens_per_second:.2f}."
+    )

@@ -28,6 +28,8 @@ _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "aut
 _DEFAULT_MAX_MODEL_LEN = 8192
 _DEFAULT_MAX_CONCURRENCY = 16
 _DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+_DEFAULT_PROMPT_TOKENS = 1024
+_DEFAULT_OUTPUT_TOKENS = 256
 
 
 class PlanInputError(ValueError):
@@ -57,6 +59,10 @@ class PlanRequest:
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[placement.Toleration, ...] = ()
     gpu_hour_usd: float | None = None
+    prompt_tokens: int = _DEFAULT_PROMPT_TOKENS
+    output_tokens: int = _DEFAULT_OUTPUT_TOKENS
+    concurrency: int | None = None  # planned requests in flight; None = maxConcurrency
+    request_rate: float | None = None  # planned requests/s; wins over concurrency
 
     @property
     def bytes_per_weight(self) -> float:
@@ -187,6 +193,34 @@ def _architecture(name: str, given: Mapping[str, Any]) -> models.ModelArch:
     )
 
 
+def _workload(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """spec.workload: the traffic the predictions are for (typical request shape and load)."""
+    workload = _section(spec, "workload")
+    rate = workload.get("requestsPerSecond")
+    if rate is not None:
+        try:
+            rate = float(rate)
+        except (TypeError, ValueError):
+            rate = -1.0
+        if not 0 < rate < 1e7 or isinstance(workload.get("requestsPerSecond"), bool):
+            raise PlanInputError(
+                "spec.workload.requestsPerSecond",
+                f"must be a positive number, got {workload.get('requestsPerSecond')!r}",
+            )
+    return {
+        "prompt_tokens": _positive_int(
+            workload.get("promptTokens"), "spec.workload.promptTokens", _DEFAULT_PROMPT_TOKENS
+        ),
+        "output_tokens": _positive_int(
+            workload.get("outputTokens"), "spec.workload.outputTokens", _DEFAULT_OUTPUT_TOKENS
+        ),
+        "concurrency": _positive_int(
+            workload.get("concurrency"), "spec.workload.concurrency", None
+        ),
+        "request_rate": rate,
+    }
+
+
 def _tolerations(value: Any) -> tuple[placement.Toleration, ...]:
     field = "spec.placement.tolerations"
     if not isinstance(value, list):
@@ -301,4 +335,5 @@ def request_from_spec(spec: Mapping[str, Any]) -> PlanRequest:
         node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
         tolerations=_tolerations(placement_spec.get("tolerations") or []),
         gpu_hour_usd=price,
+        **_workload(spec),
     )

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from shardwise import pricing
 from shardwise.planner import (
     capacity,
+    corrections,
+    efficiency,
     inventory,
     layouts,
     memory,
@@ -61,6 +63,7 @@ class Candidate:
     prediction: performance.Prediction
     hourly_usd: float
     price_source: str
+    correction: plans.Correction | None = None
 
     @property
     def shape(self) -> inventory.GpuShape:
@@ -133,20 +136,38 @@ def _hardware(shape: inventory.GpuShape, lay: layouts.Layout) -> performance.Har
     return performance.Hardware(
         memory_bandwidth_gbps=gpu.memory_bandwidth_gbps,
         bf16_tflops=gpu.bf16_tflops,
+        fp8_tflops=gpu.fp8_tflops,
+        family=gpu.family,
         tp_link=tp_link,
         stage_link=stage_link,
         inter_node_hops=(lay.pp - 1) if lay.tp_spans_nodes else (lay.nodes - 1),
     )
 
 
-def _evaluate(
-    request: PlanRequest,
-    eligible: Eligible,
-    lay: layouts.Layout,
-    prices: Mapping[str, float] | None,
-) -> Candidate:
-    shape = eligible.shape
-    fit = memory.memory_per_gpu(
+def predict_layout(
+    request: PlanRequest, shape: inventory.GpuShape, lay: layouts.Layout, fit: memory.MemoryFit
+) -> performance.Prediction:
+    """The calibrated model's prediction for one layout under the request's planned workload."""
+    work = performance.Workload(
+        arch=request.arch,
+        bytes_per_weight=request.bytes_per_weight,
+        max_model_len=request.max_model_len,
+        max_concurrency=request.max_concurrency,
+        prompt_tokens=request.prompt_tokens,
+        output_tokens=request.output_tokens,
+        concurrency=request.concurrency,
+        request_rate=request.request_rate,
+        kv_capacity_tokens=fit.kv_room_tokens(request.max_model_len),
+        fp8_compute=request.dtype == "fp8",
+        batched_tokens=performance.default_batched_tokens(shape.gpu.memory_mib),
+    )
+    return performance.predict(work, _hardware(shape, lay), lay.tp, lay.pp)
+
+
+def layout_fit(
+    request: PlanRequest, shape: inventory.GpuShape, lay: layouts.Layout
+) -> memory.MemoryFit:
+    return memory.memory_per_gpu(
         request.arch,
         bytes_per_weight=request.bytes_per_weight,
         max_model_len=request.max_model_len,
@@ -156,20 +177,30 @@ def _evaluate(
         tp=lay.tp,
         pp=lay.pp,
     )
-    work = performance.Workload(
-        arch=request.arch,
-        bytes_per_weight=request.bytes_per_weight,
-        max_model_len=request.max_model_len,
-        max_concurrency=request.max_concurrency,
-    )
+
+
+def _evaluate(
+    request: PlanRequest,
+    eligible: Eligible,
+    lay: layouts.Layout,
+    prices: Mapping[str, float] | None,
+    learned: Mapping[str, plans.Correction],
+) -> Candidate:
+    shape = eligible.shape
+    fit = layout_fit(request, shape, lay)
+    prediction = predict_layout(request, shape, lay, fit)
+    correction = learned.get(corrections.key(request.model_name, shape.product, lay.tp, lay.pp))
+    if correction is not None:
+        prediction = corrections.apply(prediction, correction)
     price, source = pricing.resolve_gpu_hour_price(shape.product, request.gpu_hour_usd, prices)
     return Candidate(
         eligible=eligible,
         layout=lay,
         fit=fit,
-        prediction=performance.predict(work, _hardware(shape, lay), lay.tp, lay.pp),
+        prediction=prediction,
         hourly_usd=price * lay.gpus,
         price_source=source,
+        correction=correction,
     )
 
 
@@ -180,12 +211,15 @@ def _wanted(request: PlanRequest, lay: layouts.Layout) -> bool:
 
 
 def _pool_candidates(
-    request: PlanRequest, eligible: Eligible, prices: Mapping[str, float] | None
+    request: PlanRequest,
+    eligible: Eligible,
+    prices: Mapping[str, float] | None,
+    learned: Mapping[str, plans.Correction],
 ) -> list[Candidate]:
     """Single-node layouts; when none fits memory, layouts over the fewest nodes that fit."""
     arch, shape = request.arch, eligible.shape
     found = [
-        _evaluate(request, eligible, lay, prices)
+        _evaluate(request, eligible, lay, prices, learned)
         for lay in layouts.single_node(arch, shape)
         if _wanted(request, lay)
     ]
@@ -201,7 +235,7 @@ def _pool_candidates(
         else:
             per_node = shape.gpus_per_node
         step = [
-            _evaluate(request, eligible, lay, prices)
+            _evaluate(request, eligible, lay, prices, learned)
             for lay in layouts.multi_node(
                 arch, shape, nodes, per_node=per_node, clique_nodes=eligible.largest_clique
             )
@@ -257,6 +291,13 @@ def _to_plan(
 ) -> plans.Plan:
     lay, pred = candidate.layout, candidate.prediction
     schedulable, message = _capacity(candidate)
+    family = candidate.shape.gpu.family
+    fitted = efficiency.fitted()
+    bands = tuple(
+        (metric, band.typical_factor, band.p90_factor)
+        for metric in ("ttftMs", "itlMs", "tokensPerSecond")
+        if (band := fitted.band(family, metric)) is not None
+    )
     return plans.Plan(
         feasible=candidate.fit.fits,
         reason=reason,
@@ -277,6 +318,10 @@ def _to_plan(
             hourly_usd=candidate.hourly_usd,
             per_million_output_tokens_usd=candidate.per_million_usd,
             price_source=candidate.price_source,
+            error_band=bands,
+            gpu_family=family if fitted.bands.get(family) else "all",
+            saturated=pred.saturated,
+            correction=candidate.correction,
         ),
         memory=candidate.fit,
         rejected_because=rejected,
@@ -313,9 +358,17 @@ def _alternatives(
 
 
 def plan(
-    request: PlanRequest, inv: inventory.Inventory, *, prices: Mapping[str, float] | None = None
+    request: PlanRequest,
+    inv: inventory.Inventory,
+    *,
+    prices: Mapping[str, float] | None = None,
+    learned: Mapping[str, plans.Correction] | None = None,
 ) -> plans.Plan:
-    """Choose TP, PP, GPUs and nodes for one replica of `request` on `inv`."""
+    """Choose TP, PP, GPUs and nodes for one replica of `request` on `inv`.
+
+    `learned` holds the fleet's corrections (corrections.py); a layout with one has its
+    predictions scaled by it before ranking, and the reason says so."""
+    learned = learned or {}
     arch = request.arch
     for error in (
         layouts.tp_error(arch, request.tensor) if request.tensor else None,
@@ -330,7 +383,7 @@ def plan(
             False, reasons.no_matching_nodes(request, inv, excluded), plans.NO_MATCHING_NODES
         )
 
-    candidates = [c for e in eligible for c in _pool_candidates(request, e, prices)]
+    candidates = [c for e in eligible for c in _pool_candidates(request, e, prices, learned)]
     if not candidates:
         code, text = reasons.no_layout(
             request, [e.shape for e in eligible], [len(e.nodes) for e in eligible]
@@ -350,7 +403,7 @@ def plan(
 
     ranked = _rank(fitting, request.objective)
     chosen = ranked[0]
-    text = reasons.planned(request, chosen, ranked, candidates)
+    text = reasons.planned(request, chosen, ranked, candidates) + reasons.correction_note(chosen)
     result = _to_plan(chosen, text, plans.PLANNED)
     return plans.Plan(
         **{**result.__dict__, "alternatives": _alternatives(request, chosen, ranked[1:], unfit)}

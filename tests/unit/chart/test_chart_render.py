@@ -126,7 +126,9 @@ def test_operator_rbac_reads_no_secrets_and_never_writes_nodes(render: Render) -
                               "resourceNames": [Settings().pricing_configmap], "verbs": ["get"]},
                              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
                              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                              "resourceNames": ["shardwise-operator"], "verbs": ["get", "update"]}]
+                              "resourceNames": ["shardwise-operator"], "verbs": ["get", "update"]},
+                             {"apiGroups": [""], "resources": ["configmaps"],
+                              "resourceNames": ["shardwise-corrections"], "verbs": ["get", "patch"]}]
     binding = find(objects, "ClusterRoleBinding", "rel-shardwise")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-shardwise", "namespace": "sw-system"}]
 

@@ -39,6 +39,7 @@ PREDICTED_KEYS = {
     "hourlyUSD",
     "perMillionOutputTokensUSD",
     "priceSource",
+    "expectedError",
 }
 
 
@@ -188,3 +189,18 @@ def test_subprocess_exit_codes() -> None:
         ).returncode
 
     assert [run("llama-3.1-8b"), run("unknown-model"), run("llama-3.1-405b-l40s")] == [0, 1, 2]
+
+
+def test_workload_flags_move_the_predictions_and_the_table_states_the_error_band(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["-f", str(DEPLOYMENTS / "llama-3.1-70b.yaml"), "--nodes", str(NODES / "h100-nvswitch-2x8.yaml")]
+    _, default = _plan_json(capsys, *args)
+    _, short = _plan_json(capsys, *args, "--prompt-tokens", "128", "--concurrency", "1")
+    _, busy = _plan_json(capsys, *args, "--prompt-tokens", "4096", "--concurrency", "64")
+    assert short["predicted"]["ttftMs"] < default["predicted"]["ttftMs"] < busy["predicted"]["ttftMs"]
+    assert short["predicted"]["itlMs"] < busy["predicted"]["itlMs"]
+    band = default["predicted"]["expectedError"]
+    assert band["gpuFamily"] == "hopper" and band["itlMs"]["typicalFactor"] >= 1.0
+    assert cli.main(["plan", *args]) == 0
+    assert "ERROR BAND   TTFT x" in capsys.readouterr().out

@@ -216,10 +216,3 @@ def test_memory_worked_example_from_the_docstring() -> None:
         71.7,
     )
     assert math.isclose(fit.overhead_gib, 1.625) and fit.fits
-
-
-def test_performance_worked_example_from_the_docstring() -> None:
-    prediction = performance.predict(
-        _work("meta-llama/Llama-3.1-70B-Instruct"), _hw(performance.nvlink(900)), 4, 1
-    )
-    assert 15.0 < prediction.itl_s * 1e3 < 16.0

@@ -1,0 +1,89 @@
+"""Fitted constants of the performance model, from efficiency.yaml (written by hack/fit-planner.py).
+
+The performance model is physics (bytes, FLOPs, link transfers) times a handful of constants that
+no datasheet gives: how much of the peak HBM bandwidth and tensor throughput an engine reaches per
+GPU family, the fixed cost of an engine step and of a layer (kernel launches, scheduling), and the
+extra fixed cost of a mixture-of-experts layer (router, top-k, grouped GEMM). These are fitted on
+the measured results in measurements.yaml; the same file records the fit's error per
+metric and GPU family, which `shardwise plan` states as the expected error band.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from importlib import resources
+
+import yaml
+
+
+@dataclass(frozen=True)
+class FamilyEfficiency:
+    """Share of the datasheet peak an engine reaches on one GPU family."""
+
+    memory: float
+    compute: float
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """Median and 90th percentile of |log2(predicted / measured)| in the calibration fit."""
+
+    median_log2: float
+    p90_log2: float
+    cases: int
+
+    @property
+    def typical_factor(self) -> float:
+        return float(2**self.median_log2)
+
+    @property
+    def p90_factor(self) -> float:
+        return float(2**self.p90_log2)
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    families: dict[str, FamilyEfficiency]
+    step_overhead_s: float
+    layer_overhead_s: float
+    moe_layer_overhead_s: float
+    overlap: float = 0.0  # share of min(compute, memory) a step adds to the larger one
+    request_overhead_s: float = 0.0  # per request, before the first token: API server, tokenizer
+    bands: dict[str, dict[str, ErrorBand]] = field(default_factory=dict)  # family -> metric -> band
+
+    def family(self, name: str) -> FamilyEfficiency:
+        return self.families.get(name) or self.families["default"]
+
+    def band(self, family: str, metric: str) -> ErrorBand | None:
+        by_metric = self.bands.get(family) or self.bands.get("all") or {}
+        return by_metric.get(metric)
+
+
+def from_mapping(raw: dict[str, object]) -> Efficiency:
+    families = {
+        str(name): FamilyEfficiency(memory=float(v["memory"]), compute=float(v["compute"]))
+        for name, v in (raw["families"] or {}).items()  # type: ignore[attr-defined]
+    }
+    bands = {
+        str(family): {
+            str(metric): ErrorBand(float(b["medianLog2"]), float(b["p90Log2"]), int(b["cases"]))
+            for metric, b in metrics.items()
+        }
+        for family, metrics in (raw.get("errorBands") or {}).items()  # type: ignore[attr-defined]
+    }
+    return Efficiency(
+        families=families,
+        step_overhead_s=float(raw["stepOverheadMs"]) / 1e3,  # type: ignore[arg-type]
+        layer_overhead_s=float(raw["layerOverheadUs"]) / 1e6,  # type: ignore[arg-type]
+        moe_layer_overhead_s=float(raw["moeLayerOverheadUs"]) / 1e6,  # type: ignore[arg-type]
+        overlap=float(raw.get("overlap", 0.0)),  # type: ignore[arg-type]
+        request_overhead_s=float(raw.get("requestOverheadMs", 0.0)) / 1e3,  # type: ignore[arg-type]
+        bands=bands,
+    )
+
+
+@functools.cache
+def fitted() -> Efficiency:
+    text = resources.files(__package__).joinpath("efficiency.yaml").read_text(encoding="utf-8")
+    return from_mapping(yaml.safe_load(text))
