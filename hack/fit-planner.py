@@ -33,6 +33,7 @@ BOUNDS = {
     # vLLM answers an idle request's first token within 10-20 ms beyond the prefill itself (HTTP,
     # tokenizer, first scheduling); a larger fitted value would absorb one host's CPU limits.
     "request_overhead_s": (1e-3, 20e-3),
+    "stream_overhead_s": (0.01e-3, 5e-3),
 }
 
 
@@ -75,7 +76,7 @@ def fit(eff: efficiency.Efficiency, cases: list[calibrate.Case], rounds: int = 6
     # compute-bound enough to pin it (a per-family compute factor would absorb unrelated errors).
     keys = [f"{f}.memory" for f in families] + ["*.compute"]
     keys += ["step_overhead_s", "layer_overhead_s", "moe_layer_overhead_s", "overlap",
-             "request_overhead_s"]
+             "request_overhead_s", "stream_overhead_s"]
     best = _objective(eff, cases)
     for round_ in range(rounds):
         step = 0.25 / (round_ + 1)
@@ -128,6 +129,7 @@ def _write(eff: efficiency.Efficiency, cases: list[calibrate.Case]) -> None:
         "moeLayerOverheadUs": round(eff.moe_layer_overhead_s * 1e6, 2),
         "overlap": round(eff.overlap, 3),
         "requestOverheadMs": round(eff.request_overhead_s * 1e3, 2),
+        "streamOverheadMs": round(eff.stream_overhead_s * 1e3, 3),
         "errorBands": _bands(eff, cases),
     }
     with open(str(path), "w", encoding="utf-8") as handle:

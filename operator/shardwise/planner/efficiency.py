@@ -50,6 +50,7 @@ class Efficiency:
     moe_layer_overhead_s: float
     overlap: float = 0.0  # share of min(compute, memory) a step adds to the larger one
     request_overhead_s: float = 0.0  # per request, before the first token: API server, tokenizer
+    stream_overhead_s: float = 0.0  # added to TTFT per other stream being served (API server CPU)
     bands: dict[str, dict[str, ErrorBand]] = field(default_factory=dict)  # family -> metric -> band
 
     def family(self, name: str) -> FamilyEfficiency:
@@ -79,6 +80,7 @@ def from_mapping(raw: dict[str, object]) -> Efficiency:
         moe_layer_overhead_s=float(raw["moeLayerOverheadUs"]) / 1e6,  # type: ignore[arg-type]
         overlap=float(raw.get("overlap", 0.0)),  # type: ignore[arg-type]
         request_overhead_s=float(raw.get("requestOverheadMs", 0.0)) / 1e3,  # type: ignore[arg-type]
+        stream_overhead_s=float(raw.get("streamOverheadMs", 0.0)) / 1e3,  # type: ignore[arg-type]
         bands=bands,
     )
 

@@ -253,11 +253,14 @@ def _steady(engine: _Engine, running: float) -> _Steady:
     alone = chunks * engine.step_s(0.0, chunk, prompt, prompt, chunk=True)
     busy_share = min(0.95, running / request * alone) if busy else 0.0
     prefill += busy_share / (2 * (1 - busy_share)) * alone
+    # The API server's per-request work (tokenizing, scheduling, streaming) is serial on its CPU:
+    # a new request's first token waits longer the more streams it is already serving.
+    overhead = engine.eff.request_overhead_s + engine.eff.stream_overhead_s * (running - 1)
     return _Steady(
         running=running,
         itl_s=step,
-        prefill_s=prefill + engine.eff.request_overhead_s,
-        request_s=prefill + engine.eff.request_overhead_s + (output - 1) * step,
+        prefill_s=prefill + overhead,
+        request_s=prefill + overhead + (output - 1) * step,
         tokens_per_s=running * output / (life * step),
     )
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from shardwise.api import names
 from shardwise.api.v1alpha1 import GROUP, KIND, VERSION, InferenceDeploymentSpec
+from shardwise.planner import models
 from shardwise.render import labels, leaderworkerset, modelcache
 from shardwise.render.vllm_args import VLLM_PORT, build_serve_args
 
@@ -73,21 +74,21 @@ def _env(spec: InferenceDeploymentSpec) -> list[dict[str, Any]]:
 
 
 def pod_annotations(spec: InferenceDeploymentSpec, plan: dict[str, Any]) -> dict[str, str]:
-    predicted = plan.get("predicted") or {}
+    """Facts about what the pod serves (not predictions: those change with every re-plan and
+    would roll the pods); the simulated engine sizes its measured latencies from them."""
     out = {labels.MAX_CONCURRENCY_ANNOTATION: str(spec.serving.maxConcurrency)}
-    if predicted.get("ttftMs") is not None:
-        out[labels.PREDICTED_TTFT_ANNOTATION] = number_text(predicted["ttftMs"])
-    if predicted.get("itlMs") is not None:
-        out[labels.PREDICTED_ITL_ANNOTATION] = number_text(predicted["itlMs"])
+    parameters = _active_parameters(spec)
+    if parameters:
+        out[labels.MODEL_PARAMETERS_ANNOTATION] = str(int(parameters))
     return out
 
 
-def number_text(value: Any) -> str:
-    """One spelling per number: a fresh plan's 88.0 and the same plan read back from the status
-    (the API server stores it as 88) must render the same pod template, or the pods roll twice."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+def _active_parameters(spec: InferenceDeploymentSpec) -> float | None:
+    given = spec.model.architecture
+    if given is not None and (given.activeParameters or given.parameters):
+        return float(given.activeParameters or given.parameters or 0)
+    arch = models.lookup_model(spec.model.name)
+    return arch.active_parameters if arch else None
 
 
 def build_pod_spec(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],

@@ -7,9 +7,8 @@ from shardwise.api import names
 INSTANCE_LABEL = "shardwise.io/inference-deployment"
 FIELD_MANAGER = "shardwise"
 
-# Predictions the simulated engine reads in GPU-less clusters; harmless on real ones.
-PREDICTED_TTFT_ANNOTATION = "shardwise.io/predicted-ttft-ms"
-PREDICTED_ITL_ANNOTATION = "shardwise.io/predicted-itl-ms"
+# Facts the simulated engine reads in GPU-less clusters; harmless on real ones.
+MODEL_PARAMETERS_ANNOTATION = "shardwise.io/model-parameters"
 MAX_CONCURRENCY_ANNOTATION = "shardwise.io/max-concurrency"
 REPLAN_ANNOTATION = "shardwise.io/replan"
 

@@ -1,7 +1,9 @@
 """Which engines the fleet should run, read from Pod objects: pure functions, no API calls.
 
-The operator renders each serving pod with `vllm serve` arguments and annotations carrying the
-planner's predictions; KWOK gives the pod a loopback IP. From that the fleet derives one
+The operator renders each serving pod with `vllm serve` arguments, a node affinity naming the GPU
+product and an annotation with the model's parameter count; KWOK gives the pod a loopback IP. The
+engine's base latencies come from measured figures for that GPU and model size (measured.py), never
+from the planner's predictions. From that the fleet derives one
 `EngineConfig` per pod that should answer like vLLM, and the changes that bring the running
 engines to that set. Keeping this pure lets every rule (leaders only, loopback only, argument
 forms, fallbacks) be tested without a cluster.
@@ -16,13 +18,16 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shardwise_runtime.sim import measured
 from shardwise_runtime.sim.config import VLLM_PORT, EngineConfig
 
 INFERENCE_LABEL = "shardwise.io/inference-deployment"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-TTFT_ANNOTATION = "shardwise.io/predicted-ttft-ms"
-ITL_ANNOTATION = "shardwise.io/predicted-itl-ms"
 MAX_CONCURRENCY_ANNOTATION = "shardwise.io/max-concurrency"
+PARAMETERS_ANNOTATION = "shardwise.io/model-parameters"
+SLOWDOWN_ANNOTATION = "shardwise.io/sim-slowdown"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+_WEIGHT_BYTES = {"fp8": 1.0, "awq": 0.5, "gptq": 0.5}
 
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 _DEFAULTS = EngineConfig(host="127.0.0.1", model="-", served_model_names=("-",))
@@ -37,6 +42,8 @@ class VllmArgs:
     max_model_len: int | None = None
     max_num_seqs: int | None = None
     tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    quantization: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +107,8 @@ def parse_vllm_args(argv: Sequence[str]) -> VllmArgs:
         max_model_len=_int(first.get("max-model-len")),
         max_num_seqs=_int(first.get("max-num-seqs")),
         tensor_parallel_size=_int(first.get("tensor-parallel-size")),
+        pipeline_parallel_size=_int(first.get("pipeline-parallel-size")),
+        quantization=first.get("quantization"),
     )
 
 
@@ -117,6 +126,38 @@ def _positive(text: object, kind: type[int | float]) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if value > 0 else None
+
+
+def gpu_product(pod: Mapping[str, Any]) -> str | None:
+    """The GPU product a pod was placed for: its nodeSelector or required node affinity."""
+    spec = pod.get("spec") or {}
+    chosen = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+    if chosen:
+        return str(chosen)
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for term in required.get("nodeSelectorTerms") or []:
+        for expression in term.get("matchExpressions") or []:
+            values = expression.get("values") or []
+            if expression.get("key") == GPU_PRODUCT_LABEL and expression.get("operator") == "In" and values:
+                return str(values[0])
+    return None
+
+
+def base_latencies(pod: Mapping[str, Any], args: VllmArgs) -> tuple[float, float]:
+    """(TTFT ms, ITL ms) from the measured table, times the pod's slowdown annotation."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    parameters = _positive(annotations.get(PARAMETERS_ANNOTATION), float)
+    product = gpu_product(pod)
+    found = None
+    if parameters and product:
+        found = measured.base_latencies(
+            product, parameters, _WEIGHT_BYTES.get(args.quantization or "", 2.0),
+            args.tensor_parallel_size or 1, args.pipeline_parallel_size or 1,
+        )
+    ttft, itl = found or (_DEFAULTS.ttft_ms, _DEFAULTS.itl_ms)
+    slowdown = _positive(annotations.get(SLOWDOWN_ANNOTATION), float) or 1.0
+    return ttft * slowdown, itl * slowdown
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -151,16 +192,15 @@ def engine_config_from_pod(pod: Mapping[str, Any]) -> EngineConfig | None:
     served = args.served_model_names or (args.model,)
     model = args.model or served[0]
     annotations = meta.get("annotations") or {}
-    ttft = _positive(annotations.get(TTFT_ANNOTATION), float)
-    itl = _positive(annotations.get(ITL_ANNOTATION), float)
+    ttft, itl = base_latencies(pod, args)
     concurrency = _positive(annotations.get(MAX_CONCURRENCY_ANNOTATION), int)
     return EngineConfig(
         host=str(ip),
         port=VLLM_PORT,
         model=str(model),
         served_model_names=tuple(str(name) for name in served),
-        ttft_ms=ttft or _DEFAULTS.ttft_ms,
-        itl_ms=itl or _DEFAULTS.itl_ms,
+        ttft_ms=ttft,
+        itl_ms=itl,
         max_concurrency=int(concurrency or args.max_num_seqs or _DEFAULTS.max_concurrency),
         max_model_len=args.max_model_len or _DEFAULTS.max_model_len,
         tensor_parallel_size=args.tensor_parallel_size or _DEFAULTS.tensor_parallel_size,

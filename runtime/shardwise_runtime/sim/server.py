@@ -46,13 +46,13 @@ def _parser() -> argparse.ArgumentParser:
         "--ttft-ms",
         type=float,
         default=defaults.ttft_ms,
-        help="predicted TTFT on an idle engine for a 512-token prompt",
+        help="TTFT on an idle engine for a 512-token prompt",
     )
     serve.add_argument(
         "--itl-ms",
         type=float,
         default=defaults.itl_ms,
-        help="predicted inter-token latency for a batch of one",
+        help="inter-token latency for a batch of one",
     )
     serve.add_argument(
         "--max-concurrency",

@@ -2,7 +2,6 @@
 
 from shardwise.controller.manager import needs_reconcile, pod_trouble
 from shardwise.controller.planning import pods_of_others
-from shardwise.render.children import number_text
 
 
 def infd(generation: int = 1, rv: str = "1", **meta: object) -> dict:
@@ -39,8 +38,3 @@ def test_a_deployments_own_pods_do_not_count_against_its_plan() -> None:
 
     pods = [gpu_pod("a", "m"), gpu_pod("b", "m"), gpu_pod("a", "other"), gpu_pod("a", None)]
     assert [p["metadata"]["name"] for p in pods_of_others(pods, "a", "m")] == ["b-m", "a-other", "a-None"]
-
-
-def test_whole_number_predictions_render_one_way_fresh_or_read_back() -> None:
-    assert number_text(88.0) == number_text(88) == "88"
-    assert number_text(88.5) == "88.5"

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from shardwise_runtime.sim import fleet, pods, targets
+from shardwise_runtime.sim import fleet, measured, pods, targets
 from shardwise_runtime.sim.config import EngineConfig
 
 
@@ -21,8 +21,7 @@ class PodBuilder:
                 "uid": f"uid-{name}",
                 "labels": {pods.INFERENCE_LABEL: "llama"},
                 "annotations": {
-                    pods.TTFT_ANNOTATION: "350",
-                    pods.ITL_ANNOTATION: "25.5",
+                    pods.PARAMETERS_ANNOTATION: "8030000000",
                     pods.MAX_CONCURRENCY_ANNOTATION: "16",
                 },
             },
@@ -46,6 +45,9 @@ class PodBuilder:
             },
             "status": {"phase": "Running", "podIP": ip},
         }
+        self.pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": pods.GPU_PRODUCT_LABEL, "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]}}}
 
     def label(self, key: str, value: str | None) -> PodBuilder:
         labels = self.pod["metadata"]["labels"]
@@ -69,13 +71,15 @@ class PodBuilder:
         return copy.deepcopy(self.pod)
 
 
-def test_a_running_leader_gets_its_predicted_engine() -> None:
+def test_a_running_leader_gets_an_engine_with_measured_base_latencies() -> None:
     config = pods.engine_config_from_pod(PodBuilder().build())
     assert config is not None
     assert (config.host, config.port) == ("127.1.0.7", 8000)
     assert config.model == "meta-llama/Llama-3.1-8B-Instruct"
     assert config.served_model_names == ("llama",)
-    assert (config.ttft_ms, config.itl_ms, config.max_concurrency) == (350.0, 25.5, 16)
+    expected = measured.base_latencies("NVIDIA-H100-80GB-HBM3", 8.03e9, 2.0, 2)
+    assert expected is not None
+    assert (config.ttft_ms, config.itl_ms, config.max_concurrency) == (*expected, 16)
     assert (config.max_model_len, config.tensor_parallel_size) == (8192, 2)
 
 
@@ -145,8 +149,8 @@ def test_missing_or_bad_annotations_fall_back() -> None:
     defaults = EngineConfig(host="127.0.0.1", model="m", served_model_names=("m",))
     pod = (
         PodBuilder()
-        .annotation(pods.TTFT_ANNOTATION, "fast")
-        .annotation(pods.ITL_ANNOTATION, "-3")
+        .annotation(pods.PARAMETERS_ANNOTATION, "lots")
+        .annotation(pods.SLOWDOWN_ANNOTATION, "-3")
         .annotation(pods.MAX_CONCURRENCY_ANNOTATION, None)
         .args("serve", "m", "--max-num-seqs", "48", command=["vllm"])
         .build()
@@ -225,3 +229,26 @@ def test_load_targets_are_ready_serving_pods() -> None:
         PodBuilder("e", "127.1.0.5").status(**ready).label(pods.WORKER_INDEX_LABEL, "1").build(),
     ]
     assert targets.target_urls(pod_list) == ["http://127.1.0.1:8000/v1", "http://127.1.0.2:8000/v1"]
+
+
+def test_slowdown_annotation_scales_the_measured_base() -> None:
+    base = pods.engine_config_from_pod(PodBuilder().build())
+    slow = pods.engine_config_from_pod(PodBuilder().annotation(pods.SLOWDOWN_ANNOTATION, "1.5").build())
+    assert base is not None and slow is not None
+    assert slow.itl_ms == base.itl_ms * 1.5 and slow.ttft_ms == base.ttft_ms * 1.5
+    assert slow != base  # the fleet restarts the engine when the annotation changes
+
+
+def test_measured_bases_scale_with_bandwidth_model_size_tp_and_weight_format() -> None:
+    def itl(product: str, params: float, weight_bytes: float, tp: int) -> float:
+        found = measured.base_latencies(product, params, weight_bytes, tp)
+        assert found is not None
+        return found[1]
+
+    assert itl("NVIDIA-H100-80GB-HBM3", 70.6e9, 2, 4) < itl("NVIDIA-A100-80GB-PCIe", 70.6e9, 2, 4)
+    assert itl("NVIDIA-H100-80GB-HBM3", 70.6e9, 2, 8) < itl("NVIDIA-H100-80GB-HBM3", 70.6e9, 2, 4)
+    assert itl("NVIDIA-H100-80GB-HBM3", 70.6e9, 1, 4) < itl("NVIDIA-H100-80GB-HBM3", 70.6e9, 2, 4)
+    assert itl("NVIDIA-H100-80GB-HBM3", 8e9, 2, 1) < itl("NVIDIA-H100-80GB-HBM3", 70.6e9, 2, 1)
+    # The anchors reproduce their own measurements.
+    assert itl("NVIDIA-L4", 0.494e9, 2, 1) == 5.1
+    assert measured.base_latencies("NVIDIA-X9000", 8e9, 2, 1) is None
