@@ -67,6 +67,7 @@ class Calibrator:
         self._lock = threading.Lock()
         self._table: dict[str, plans.Correction] | None = None
         self._stored: dict[str, plans.Correction] = {}
+        self._last_error = ""
 
     def table(self) -> dict[str, plans.Correction]:
         with self._lock:
@@ -114,6 +115,15 @@ class Calibrator:
                          "labels": {"app.kubernetes.io/managed-by": "shardwise"}},
             "data": {DATA_KEY: json.dumps(corrections.to_table(snapshot), sort_keys=True)},
         }
-        self._kube.apply(body)
+        try:
+            self._kube.apply(body)
+        except ApiException as exc:  # e.g. the namespace is gone: keep learning, retry next window
+            message = f"{exc.status} {exc.reason}"
+            if message != self._last_error:
+                log.warning("cannot write ConfigMap %s/%s (%s); corrections stay in memory until it "
+                            "can be written", self._namespace, CONFIGMAP, message)
+            self._last_error = message
+            return
+        self._last_error = ""
         with self._lock:
             self._stored = snapshot
