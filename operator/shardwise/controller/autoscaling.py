@@ -33,7 +33,7 @@ from shardwise.controller.quietlog import QuietLog
 from shardwise.controller.reconcile import now_rfc3339
 from shardwise.controller.settings import Settings
 from shardwise.observe.aggregate import Summary
-from shardwise.planner import inventory
+from shardwise.planner import corrections, inventory
 from shardwise.render.labels import INSTANCE_LABEL
 
 log = logging.getLogger(__name__)
@@ -81,18 +81,36 @@ def hpa_conflicts(hpas: list[dict[str, Any]], name: str) -> list[str]:
     return sorted(found)
 
 
+def itl_floor_ms(predicted: Mapping[str, Any] | None, compared: Mapping[str, Any] | None) -> float | None:
+    """An idle replica's inter-token latency: the floor that adding replicas cannot lower.
+
+    The plan predicts it (`idleItlMs`); where the status already holds observed versus predicted
+    ITL for this deployment (`status.prediction`), the observed ratio replaces whatever correction
+    the plan was made with, so the floor follows what the engines really do.
+    """
+    figures = predicted or {}
+    idle = figures.get("idleItlMs", figures.get("itlMs"))
+    if idle is None:
+        return None
+    ratio = ((compared or {}).get("itlMs") or {}).get("ratio")
+    if ratio:
+        planned = (figures.get("correction") or {}).get("itlFactor") or 1.0
+        return float(idle) / float(planned) * corrections.clamp(float(ratio))
+    return float(idle)
+
+
 def observation(summary: Summary | None, *, current: int, ready: int,
                 capacity: int | None, predicted: Mapping[str, Any] | None = None,
+                compared: Mapping[str, Any] | None = None,
                 expected_startup_s: float | None = None) -> Observation:
     """What `decide` sees; no summary (no scrape yet) means no latency and no load known.
 
-    The plan's predicted inter-token latency is an idle replica's: the floor that adding
-    replicas cannot lower, so scale-down projections count only what lies above it.
+    Scale-down projections count only the inter-token latency above an idle replica's
+    (`itl_floor_ms`: observed where the status has it, else the plan's prediction).
     """
     s = summary
-    floors = predicted or {}
     return Observation(
-        itl_floor_ms=floors.get("itlMs"),
+        itl_floor_ms=itl_floor_ms(predicted, compared),
         expected_startup_s=expected_startup_s,
         current_replicas=current,
         replicas_ready=min(ready, current),
@@ -269,7 +287,8 @@ class Autoscaler:
         obs = observation(self._latest(namespace, name), current=progress.desired_replicas(spec, dict(status)),
                           ready=int(status.get("readyReplicas") or 0), capacity=capacity,
                           predicted=(status.get("plan") or {}).get("predicted"),
-                          expected_startup_s=(status.get("modelCache") or {}).get("expectedStartSeconds"))
+                          expected_startup_s=(status.get("modelCache") or {}).get("expectedStartSeconds"),
+                          compared=status.get("prediction"))
         key = (namespace, name)
         now = self._clock()
         decision = autoscale.decide(policy, obs, self._history.get(key, History()), now)

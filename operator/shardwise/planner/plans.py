@@ -34,6 +34,7 @@ class Predicted:
     gpu_family: str = ""
     saturated: bool = False
     correction: Correction | None = None
+    idle_itl_ms: float | None = None  # one request at a time: the floor more replicas cannot lower
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -44,6 +45,8 @@ class Predicted:
             "perMillionOutputTokensUSD": round(self.per_million_output_tokens_usd, 3),
             "priceSource": self.price_source,
         }
+        if self.idle_itl_ms is not None:
+            body["idleItlMs"] = round(self.idle_itl_ms, 2)
         if self.saturated:
             body["saturated"] = True
         if self.error_band:

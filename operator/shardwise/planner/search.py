@@ -13,6 +13,7 @@ Iteration is sorted throughout so the same inputs always give the same plan.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -286,8 +287,21 @@ def _capacity(candidate: Candidate) -> tuple[bool, str]:
     )
 
 
+def _idle_itl_ms(request: PlanRequest, candidate: Candidate) -> float:
+    """ITL of the layout serving one request at a time, corrected like its other figures."""
+    alone = dataclasses.replace(request, concurrency=1, request_rate=None)
+    idle = predict_layout(alone, candidate.shape, candidate.layout, candidate.fit)
+    if candidate.correction is not None:
+        idle = corrections.apply(idle, candidate.correction)
+    return idle.itl_s * 1e3
+
+
 def _to_plan(
-    candidate: Candidate, reason: str, code: str, rejected: str | None = None
+    request: PlanRequest,
+    candidate: Candidate,
+    reason: str,
+    code: str,
+    rejected: str | None = None,
 ) -> plans.Plan:
     lay, pred = candidate.layout, candidate.prediction
     schedulable, message = _capacity(candidate)
@@ -322,6 +336,7 @@ def _to_plan(
             gpu_family=family if fitted.bands.get(family) else "all",
             saturated=pred.saturated,
             correction=candidate.correction,
+            idle_itl_ms=_idle_itl_ms(request, candidate),
         ),
         memory=candidate.fit,
         rejected_because=rejected,
@@ -348,6 +363,7 @@ def _alternatives(
         code = plans.PLANNED if candidate.fit.fits else plans.INSUFFICIENT_GPU_MEMORY
         picked.append(
             _to_plan(
+                request,
                 candidate,
                 reasons.layout_summary(request, candidate),
                 code,
@@ -404,7 +420,7 @@ def plan(
     ranked = _rank(fitting, request.objective)
     chosen = ranked[0]
     text = reasons.planned(request, chosen, ranked, candidates) + reasons.correction_note(chosen)
-    result = _to_plan(chosen, text, plans.PLANNED)
+    result = _to_plan(request, chosen, text, plans.PLANNED)
     return plans.Plan(
         **{**result.__dict__, "alternatives": _alternatives(request, chosen, ranked[1:], unfit)}
     )

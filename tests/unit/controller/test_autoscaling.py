@@ -104,3 +104,15 @@ def test_decision_through_the_real_policy_lands_on_the_status() -> None:
     made = autoscale.decide(policy, obs, History(), 10.0)
     out = autoscaling.apply_decision({}, made, capacity=2, stamp=STAMP)
     assert out.update["desiredReplicas"] == 1 and not out.changed
+
+
+def test_itl_floor_uses_observed_ratio_over_the_prediction() -> None:
+    predicted = {"itlMs": 20.0, "idleItlMs": 10.0}
+    assert autoscaling.itl_floor_ms(predicted, None) == 10.0
+    observed = {"itlMs": {"predicted": 12.0, "observed": 18.0, "ratio": 1.5}}
+    assert autoscaling.itl_floor_ms(predicted, observed) == 15.0
+    # A plan made with a learned correction: the observed ratio replaces it, not multiplies it.
+    corrected = {"idleItlMs": 12.0, "correction": {"itlFactor": 1.2}}
+    assert autoscaling.itl_floor_ms(corrected, observed) == pytest.approx(15.0)
+    assert autoscaling.itl_floor_ms({"itlMs": 20.0}, None) == 20.0
+    assert autoscaling.itl_floor_ms(None, observed) is None

@@ -40,6 +40,7 @@ PREDICTED_KEYS = {
     "perMillionOutputTokensUSD",
     "priceSource",
     "expectedError",
+    "idleItlMs",
 }
 
 
