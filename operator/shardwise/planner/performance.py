@@ -288,9 +288,12 @@ def predict(
             state, utilization = full, _MAX_UTILIZATION
         else:
             running = max(1.0, work.request_rate * full.request_s)
-            for _ in range(30):  # Little's law fixed point: R = rate x request time(R)
+            for _ in range(20):  # Little's law fixed point: R = rate x request time(R)
                 state = _steady(engine, running)
-                running = min(cap, max(1.0, work.request_rate * state.request_s))
+                following = min(cap, max(1.0, work.request_rate * state.request_s))
+                if abs(following - running) <= 0.005 * running:
+                    break
+                running = following
             state = _steady(engine, running)
             utilization = min(_MAX_UTILIZATION, work.request_rate * state.request_s / cap)
         wait = _sakasegawa_wait(utilization, cap, state.request_s)
