@@ -10,6 +10,7 @@ import yaml
 from chart_support import CHART, ROOT, find, run_helm
 from conftest import Render
 
+from shardwise.controller import calibration
 from shardwise.controller.settings import Settings
 
 CRD_NAME = "inferencedeployments.shardwise.io.yaml"
@@ -45,7 +46,7 @@ def test_lint_is_clean(helm: pathlib.Path, sets: tuple[str, ...]) -> None:
 
 def test_default_render_kinds(render: Render) -> None:
     kinds = sorted(o["kind"] for o in render())
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition",
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "ConfigMap", "CustomResourceDefinition",
                      "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"]
 
 
@@ -135,10 +136,15 @@ def test_operator_rbac_reads_no_secrets_and_never_writes_nodes(render: Render) -
 
 def test_pricing_configmap_is_where_the_operator_reads_it(render: Render) -> None:
     cm = find(render("pricing.gpuHourUSD.NVIDIA-L40S=0.89", "pricing.gpuHourUSD.NVIDIA-H100-80GB-HBM3=2.49"),
-              "ConfigMap")
-    assert cm["metadata"]["name"] == Settings().pricing_configmap
+              "ConfigMap", Settings().pricing_configmap)
     assert cm["data"] == {"NVIDIA-L40S": "0.89", "NVIDIA-H100-80GB-HBM3": "2.49"}
-    assert find(render(), "ConfigMap")["data"] == {}
+    assert find(render(), "ConfigMap", Settings().pricing_configmap)["data"] == {}
+
+
+def test_corrections_configmap_is_created_empty_and_kept(render: Render) -> None:
+    cm = find(render(), "ConfigMap", calibration.CONFIGMAP)
+    assert "data" not in cm  # never templated: a helm upgrade must not erase what was learned
+    assert cm["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
 
 
 def test_labeler_is_off_by_default_and_may_only_get_and_patch_nodes(render: Render) -> None:
