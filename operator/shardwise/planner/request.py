@@ -196,27 +196,29 @@ def _architecture(name: str, given: Mapping[str, Any]) -> models.ModelArch:
 def _workload(spec: Mapping[str, Any]) -> dict[str, Any]:
     """spec.workload: the traffic the predictions are for (typical request shape and load)."""
     workload = _section(spec, "workload")
+    field = "spec.workload.requestsPerSecond"
     rate = workload.get("requestsPerSecond")
     if rate is not None:
+        limits = bounds.of(api.WorkloadSpec, "requestsPerSecond")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float, str)):
+            raise PlanInputError(field, f"must be a positive number, got {rate!r}")
         try:
-            rate = float(rate)
-        except (TypeError, ValueError):
-            rate = -1.0
-        if not 0 < rate < 1e7 or isinstance(workload.get("requestsPerSecond"), bool):
-            raise PlanInputError(
-                "spec.workload.requestsPerSecond",
-                f"must be a positive number, got {workload.get('requestsPerSecond')!r}",
-            )
+            number = float(rate)
+        except ValueError:
+            raise PlanInputError(field, f"must be a positive number, got {rate!r}") from None
+        if not limits.contains(number):
+            raise PlanInputError(field, f"must be in {limits}, got {rate!r}")
+        rate = number
+
+    def tokens(key: str, default: int | None) -> int | None:
+        return _positive_int(
+            workload.get(key), f"spec.workload.{key}", default, bounds.of(api.WorkloadSpec, key)
+        )
+
     return {
-        "prompt_tokens": _positive_int(
-            workload.get("promptTokens"), "spec.workload.promptTokens", _DEFAULT_PROMPT_TOKENS
-        ),
-        "output_tokens": _positive_int(
-            workload.get("outputTokens"), "spec.workload.outputTokens", _DEFAULT_OUTPUT_TOKENS
-        ),
-        "concurrency": _positive_int(
-            workload.get("concurrency"), "spec.workload.concurrency", None
-        ),
+        "prompt_tokens": tokens("promptTokens", _DEFAULT_PROMPT_TOKENS),
+        "output_tokens": tokens("outputTokens", _DEFAULT_OUTPUT_TOKENS),
+        "concurrency": tokens("concurrency", None),
         "request_rate": rate,
     }
 

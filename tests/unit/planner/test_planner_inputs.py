@@ -204,3 +204,30 @@ def test_tolerations(toleration: placement.Toleration, tolerated: bool) -> None:
 
 def test_prefer_no_schedule_does_not_block() -> None:
     assert placement.untolerated_taints([placement.Taint("k", "v", "PreferNoSchedule")], []) == []
+
+
+@pytest.mark.parametrize(
+    ("workload", "field"),
+    [
+        ({"promptTokens": 0}, "spec.workload.promptTokens"),
+        ({"outputTokens": "many"}, "spec.workload.outputTokens"),
+        ({"concurrency": 10**9}, "spec.workload.concurrency"),
+        ({"requestsPerSecond": -1}, "spec.workload.requestsPerSecond"),
+        ({"requestsPerSecond": True}, "spec.workload.requestsPerSecond"),
+        ({"requestsPerSecond": "nan"}, "spec.workload.requestsPerSecond"),
+    ],
+)
+def test_bad_workload_fields_are_named(workload: dict, field: str) -> None:
+    spec = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "workload": workload}
+    with pytest.raises(planner.PlanInputError) as caught:
+        planner.request_from_spec(spec)
+    assert caught.value.field == field
+
+
+def test_workload_defaults_and_values() -> None:
+    base = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}}
+    default = planner.request_from_spec(base)
+    assert (default.prompt_tokens, default.output_tokens, default.concurrency, default.request_rate) == (
+        1024, 256, None, None)
+    given = planner.request_from_spec({**base, "workload": {"promptTokens": "300", "requestsPerSecond": "2.5"}})
+    assert (given.prompt_tokens, given.request_rate) == (300, 2.5)
