@@ -193,18 +193,44 @@ def test_killed_download_resumes_without_fetching_finished_files(
     assert sorted(p["status"]["phase"] for p in pods) == ["Failed", "Succeeded"]
 
 
+# What the EBS CSI driver's external provisioner reports for a ReadWriteMany claim.
+EBS_RWX_REFUSAL = ('failed to provision volume with StorageClass "{klass}": rpc error: code = InvalidArgument desc = '
+                   "Volume capabilities MULTI_NODE_MULTI_WRITER not supported. Only AccessModes[ReadWriteOnce] "
+                   "supported.")
+
+
+def _play_provisioner_refusing_rwx(cluster: LocalCluster, kubectl: Kubectl, klass: str) -> None:
+    """No CSI driver runs here: the test plays one that cannot provide ReadWriteMany, posting the
+    ProvisioningFailed event its external-provisioner would post on the claim."""
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": klass},
+        "provisioner": "ebs.csi.example.com", "volumeBindingMode": "Immediate"}))
+    claim = eventually(lambda: next(iter(_items(kubectl, "persistentvolumeclaims")), None), timeout=120,
+                       what="the cache claim")
+    kubectl.run("create", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Event", "metadata": {"generateName": "claim-"},
+        "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "name": claim["metadata"]["name"],
+                           "namespace": kubectl.namespace, "uid": claim["metadata"]["uid"]},
+        "type": "Warning", "reason": "ProvisioningFailed", "message": EBS_RWX_REFUSAL.format(klass=klass),
+        "source": {"component": "ebs.csi.example.com_csi-provisioner"}}))
+
+
 @pytest.mark.parametrize(("case", "reason"), [
     ("gated", "GatedModelNeedsToken"),
     ("missing", "ModelNotFound"),
     ("no-storage-class", "StorageClassNotFound"),
+    ("rwx-unsupported", "AccessModeUnsupported"),
 ])
 def test_failures_end_in_their_own_condition_and_nothing_serves(
-        operator: OperatorProcess, kubectl: Kubectl, hub: HubThread, storage: tuple[str, pathlib.Path],
-        runner: LocalPodRunner, case: str, reason: str) -> None:
+        cluster: LocalCluster, operator: OperatorProcess, kubectl: Kubectl, hub: HubThread,
+        storage: tuple[str, pathlib.Path], runner: LocalPodRunner, case: str, reason: str) -> None:
     storage_class, _ = storage
     repo = {"gated": "tiny/gated", "missing": "tiny/missing"}.get(case, REPO)
-    klass = "does-not-exist" if case == "no-storage-class" else storage_class
+    klass = {"no-storage-class": "does-not-exist", "rwx-unsupported": f"rwo-only-{kubectl.namespace}"}.get(
+        case, storage_class)
     kubectl.apply_yaml(manifest(case, repo=repo, storage_class=klass, hub=hub.url))
+    if case == "rwx-unsupported":
+        _play_provisioner_refusing_rwx(cluster, kubectl, klass)
 
     def failed() -> dict[str, Any] | None:
         st = _status(kubectl, case)
@@ -215,11 +241,32 @@ def test_failures_end_in_their_own_condition_and_nothing_serves(
     assert (degraded["status"], degraded["reason"]) == ("True", reason)
     assert (cached["status"], cached["reason"]) == ("False", reason)
     assert len(degraded["message"]) > 20 and (repo in degraded["message"] or klass in degraded["message"])
+    print(f"{case}: {reason}: {degraded['message']}")
     assert _condition(st, "Ready")["status"] == "False"
     assert not _items(kubectl, "deployments") and not _items(kubectl, "services")
     if case == "no-storage-class":
         assert not _items(kubectl, "persistentvolumeclaims") and not _items(kubectl, "jobs")
+    elif case == "rwx-unsupported":
+        assert not [p for p in _items(kubectl, "pods") if p["status"].get("phase") == "Running"]
+        cluster.kubectl("delete", "storageclass", klass, "--wait=false", check=False)
     else:
         # The Job failed at once (exit 2 matches its podFailurePolicy): one attempt, no retries.
         pods = kubectl.get("pods", selector="shardwise.io/model-cache")["items"]
         assert [p["status"]["phase"] for p in pods] == ["Failed"]
+
+
+def test_adding_a_token_to_a_gated_model_retries_and_only_the_downloader_sees_it(
+        operator: OperatorProcess, kubectl: Kubectl, hub: HubThread, storage: tuple[str, pathlib.Path],
+        runner: LocalPodRunner) -> None:
+    storage_class, _ = storage
+    kubectl.apply_yaml(manifest("gated", repo="tiny/gated", storage_class=storage_class, hub=hub.url))
+    eventually(lambda: _status(kubectl, "gated").get("phase") == "Failed", timeout=180, what="gated to fail")
+    kubectl.run("create", "secret", "generic", "hf", "--from-literal=token=hf_allowed")
+    kubectl.apply_yaml(manifest("gated", repo="tiny/gated", storage_class=storage_class, hub=hub.url,
+                                extra="    hfTokenSecretRef: {name: hf}"))
+    eventually(lambda: _status(kubectl, "gated").get("phase") == "Ready", timeout=240,
+               what="the download retried with the token and the deployment Ready")
+    job = _items(kubectl, "jobs")[0]
+    assert any(e.get("name") == "HF_TOKEN" for e in job["spec"]["template"]["spec"]["containers"][0]["env"])
+    serving = _items(kubectl, "deployments")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert not any(e.get("name") == "HF_TOKEN" for e in serving.get("env") or [])

@@ -66,7 +66,9 @@ def _claim_trouble(claim_events: list[dict[str, Any]]) -> tuple[str, str] | None
         reason, message = event.get("reason") or "", (event.get("message") or "").strip()
         if reason in ("ProvisioningFailed", "FailedBinding"):
             lowered = message.lower()
-            if "access mode" in lowered or "accessmode" in lowered:
+            # Wordings of the in-tree binder and of CSI drivers (EBS: "Volume capabilities
+            # MULTI_NODE_MULTI_WRITER not supported").
+            if any(w in lowered for w in ("access mode", "accessmode", "volume capabilit", "multi_node")):
                 return "AccessModeUnsupported", f"the storage cannot provide the access mode the cache asks for: {message}"
             if reason == "ProvisioningFailed":
                 return "ClaimProvisioningFailed", message

@@ -120,3 +120,21 @@ def test_killed_download_resumes_without_fetching_finished_bytes(hub_root: pathl
         second_run = {name: local.hub.bytes_served[(repo, name)] - before.get((repo, name), 0) for name in sizes}
         assert all(second_run[name] == 0 for name in finished), second_run
         assert sum(second_run.values()) == total - sum(sizes[n] for n in finished) - partial
+
+
+def test_a_full_disk_is_a_permanent_precise_failure() -> None:
+    import errno
+
+    failed = downloader.classify(OSError(errno.ENOSPC, "No space left on device"), REPO, "main")
+    assert (failed.reason, failed.exit_code) == ("DiskFull", downloader.PERMANENT)
+    assert "cache.size" in failed.message
+
+
+def test_rate_and_time_left_over_the_window() -> None:
+    progress = Progress(bytes_total=1000)
+    progress.sample(0.0, 0)
+    progress.sample(5.0, 500)
+    fields = progress.as_dict()
+    assert (fields["bytesPerSecond"], fields["etaSeconds"]) == (100, 5)
+    progress.sample(30.0, 500)  # stalled: the window forgets the old rate
+    assert progress.as_dict()["bytesPerSecond"] == 0 and progress.as_dict()["etaSeconds"] is None
