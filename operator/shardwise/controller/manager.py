@@ -267,7 +267,8 @@ class Manager:
     async def run_loops(self) -> None:
         """The observer, autoscaler and model cache loop until stopped (they check `acting`)."""
         tasks = [asyncio.create_task(self.observer.run_forever()), asyncio.create_task(self.autoscaler.run_forever()),
-                 asyncio.create_task(modelcache.run_forever(self.kube, self.settings, self.request, self.acting))]
+                 asyncio.create_task(modelcache.run_forever(self.kube, self.settings, self.request, self.acting,
+                                                               self.watched))]
         operator_metrics.start_server(self.settings.metrics_port)
         try:
             await asyncio.to_thread(self.stop.wait)

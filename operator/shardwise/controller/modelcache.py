@@ -137,13 +137,16 @@ def _claims_in_use(settings: Settings, items: list[dict[str, Any]]) -> set[tuple
     return used
 
 
-def collect_unused(kube: Kube, settings: Settings, items: list[dict[str, Any]], now: datetime.datetime) -> list[str]:
-    """Mark, unmark or delete cache claims by whether any InferenceDeployment still uses them."""
+def collect_unused(kube: Kube, settings: Settings, items: list[dict[str, Any]], now: datetime.datetime,
+                   watched: Callable[[str], bool] = lambda _: True) -> list[str]:
+    """Mark, unmark or delete cache claims by whether any InferenceDeployment still uses them.
+
+    Only in namespaces this operator watches: elsewhere it cannot see the users of a claim."""
     used = _claims_in_use(settings, items)
     done = []
     for claim in kube.list("/api/v1/persistentvolumeclaims", labelSelector=mc.CACHE_LABEL):
         meta = claim["metadata"]
-        if meta.get("deletionTimestamp"):
+        if meta.get("deletionTimestamp") or not watched(meta["namespace"]):
             continue
         key = (meta["namespace"], meta["name"])
         decision = cachestate.unused_decision(claim, key in used, now=now,
@@ -176,24 +179,31 @@ def needs_refresh(item: dict[str, Any]) -> bool:
 
 
 async def run_forever(kube: Kube, settings: Settings, request: Callable[[str, str], None],
-                      acting: Callable[[], bool]) -> None:
+                      acting: Callable[[], bool], watched: Callable[[str], bool]) -> None:
     """Every poll, as leader: enqueue deployments whose cache is on its way (their progress is
     scraped by reconcile), and collect unused caches."""
+    # Collection lists claims cluster-wide: every 30 s at most, often enough for a grace period.
+    collect_every = min(30.0, max(settings.model_cache_poll_seconds, settings.model_cache_grace_seconds / 4))
+    last_collect = 0.0
     while True:
         await asyncio.sleep(settings.model_cache_poll_seconds)
         if not acting():
             continue
+        now = asyncio.get_running_loop().time()
+        collect, last_collect = (True, now) if now - last_collect >= collect_every else (False, last_collect)
         try:
-            await asyncio.to_thread(_tick, kube, settings, request)
+            await asyncio.to_thread(_tick, kube, settings, request, collect, watched)
         except ApiException as exc:
             log.warning("model cache loop: %s", exc.reason)
         except Exception:
             log.exception("model cache loop failed")
 
 
-def _tick(kube: Kube, settings: Settings, request: Callable[[str, str], None]) -> None:
-    items = kube.list_inference_deployments()
+def _tick(kube: Kube, settings: Settings, request: Callable[[str, str], None], collect: bool,
+          watched: Callable[[str], bool]) -> None:
+    items = kube.list_inference_deployments()  # from the informer: no request
     for item in items:
         if needs_refresh(item):
             request(item["metadata"]["namespace"], item["metadata"]["name"])
-    collect_unused(kube, settings, items, datetime.datetime.now(datetime.UTC))
+    if collect:
+        collect_unused(kube, settings, items, datetime.datetime.now(datetime.UTC), watched)
