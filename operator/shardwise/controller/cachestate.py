@@ -18,12 +18,6 @@ from shardwise.conditions import Condition
 from shardwise.controller import progress
 from shardwise.render import modelcache as mc
 
-# Reasons a person must act on (the downloader's permanent failures plus ours).
-ACTION_NEEDED = {"GatedModelNeedsToken", "GatedModelAccessDenied", "ModelNotFound", "RevisionNotFound",
-                 "HubUnauthorized", "HubForbidden", "DiskFull", "StorageClassNotFound", "AccessModeUnsupported",
-                 "ClaimProvisioningFailed", "ClaimNotFound", "DownloadFailed", "VerificationFailed",
-                 "DownloadUnverified"}
-
 
 @dataclasses.dataclass(frozen=True)
 class CacheView:

@@ -162,12 +162,27 @@ def download(repo: str, revision: str, dest: pathlib.Path, *, endpoint: str | No
              parallel: int, progress: Progress, chunk_bytes: int = CHUNK_BYTES) -> dict[str, Any]:
     """Fill `dest` with `repo` at `revision`, verified; returns the marker's content."""
     from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import RevisionNotFoundError
 
     # The client writes in chunks of this size (10 MiB by default): smaller chunks make progress
     # finer and lose less of a file in flight when the pod is killed.
     constants.DOWNLOAD_CHUNK_SIZE = chunk_bytes
     api = HfApi(endpoint=endpoint, token=token or False)
-    info = api.model_info(repo, revision=revision, files_metadata=True)
+    # The first attempt pins the commit `revision` resolved to; a retry after a kill continues
+    # that commit, never a newer upstream one, so the volume never mixes files of two commits.
+    pin = dest / PARTS / "pinned.json"
+    pinned = json.loads(pin.read_text()) if pin.is_file() else {}
+    resolve = pinned["commit"] if pinned.get("repo") == repo and pinned.get("revision") == revision else revision
+    try:
+        info = api.model_info(repo, revision=resolve, files_metadata=True)
+    except RevisionNotFoundError:
+        if resolve == revision:
+            raise
+        raise DownloadFailed("PinnedCommitGone", f"{repo}: commit {resolve}, which {revision!r} resolved to when this "
+                             "cache started, is gone from the hub; delete the cache claim to start over",
+                             PERMANENT) from None
+    pin.parent.mkdir(parents=True, exist_ok=True)
+    pin.write_text(json.dumps({"repo": repo, "revision": revision, "commit": info.sha}))
     files = [s for s in info.siblings or [] if not s.rfilename.startswith(".")]
     commit = str(info.sha)
     progress.commit = commit

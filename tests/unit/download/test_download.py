@@ -138,3 +138,17 @@ def test_rate_and_time_left_over_the_window() -> None:
     assert (fields["bytesPerSecond"], fields["etaSeconds"]) == (100, 5)
     progress.sample(30.0, 500)  # stalled: the window forgets the old rate
     assert progress.as_dict()["bytesPerSecond"] == 0 and progress.as_dict()["etaSeconds"] is None
+
+
+def test_a_retry_continues_the_commit_the_first_attempt_resolved(hub_root: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """`main` moved upstream between two attempts: the retry asks for the first commit, not the
+    new one (this local hub keeps no history, so here that commit is gone; the real hub serves it)."""
+    dest = tmp_path / "cache"
+    (dest / downloader.PARTS).mkdir(parents=True)
+    (dest / downloader.PARTS / "pinned.json").write_text(json.dumps({"repo": REPO, "revision": "main",
+                                                                      "commit": "0" * 40}))
+    with HubThread(hub_root) as local, pytest.raises(Exception) as caught:
+        downloader.download(REPO, "main", dest, endpoint=local.url, token=None, parallel=2, progress=Progress())
+    failed = downloader.classify(caught.value, REPO, "main")
+    assert (failed.reason, failed.exit_code) == ("PinnedCommitGone", downloader.PERMANENT)
+    assert "0" * 40 in failed.message and local.hub.served(REPO) == 0
