@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pathlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,7 +79,7 @@ def _stored(kubectl: Kubectl) -> dict[str, Any]:
 
 
 def test_slower_engine_shows_on_the_status_and_a_replan_uses_the_learned_correction(
-        operator: Any, kubectl: Kubectl, engines: Engines) -> None:
+        operator: Any, kubectl: Kubectl, engines: Engines, tmp_path: pathlib.Path) -> None:
     kubectl.cluster.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
     kubectl.apply_yaml(MANIFEST)
     pod = eventually(lambda: _ready_pod(kubectl), timeout=60, what="one ready serving pod")
@@ -131,3 +135,15 @@ def test_slower_engine_shows_on_the_status_and_a_replan_uses_the_learned_correct
     assert (plan["tensorParallel"], plan["pipelineParallel"]) == (planned["tensorParallel"],
                                                                   planned["pipelineParallel"])
     assert operator.process.alive()
+
+    # `shardwise plan --cluster` reads the same table.
+    manifest = tmp_path / "deployment.yaml"
+    manifest.write_text(MANIFEST)
+    offline = subprocess.run(
+        [sys.executable, "-m", "shardwise.planner.cli", "plan", "-f", str(manifest), "--cluster", "-o", "json"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "KUBECONFIG": str(kubectl.cluster.kubeconfig)})
+    assert offline.returncode == 0, offline.stderr
+    cli_plan = json.loads(offline.stdout)
+    assert "Predictions include a correction learned from" in cli_plan["reason"]
+    assert cli_plan["predicted"]["correction"]["itlFactor"] == pytest.approx(correction["itlFactor"], rel=0.05)
