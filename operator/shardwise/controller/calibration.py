@@ -52,6 +52,8 @@ def observed_figures(summary: aggregate.Summary) -> dict[str, float | None]:
         "outputTokens": summary.output_tokens,
         "running": summary.running,
         "waiting": summary.waiting,
+        "requestsPerSecond": summary.requests_per_second,
+        "e2eMeanMs": summary.e2e_mean_ms,
         "ttftMeanMs": summary.ttft_mean_ms,
         "itlMeanMs": summary.itl_mean_ms,
         "outputTokensPerSecond": summary.output_tokens_per_second,

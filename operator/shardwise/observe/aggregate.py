@@ -72,6 +72,7 @@ class Summary:
     # Means (sum / count) are what the planner predicts; quantiles of coarse buckets are not.
     ttft_mean_ms: float | None = None
     itl_mean_ms: float | None = None
+    e2e_mean_ms: float | None = None
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
@@ -286,6 +287,7 @@ def summarize(
         queue_mean_ms=_mean_ms(total, parse.QUEUE),
         ttft_mean_ms=_mean_ms(total, parse.TTFT),
         itl_mean_ms=_mean_ms(total, parse.ITL),
+        e2e_mean_ms=_mean_ms(total, parse.E2E),
     )
 
 

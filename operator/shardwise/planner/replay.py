@@ -77,14 +77,21 @@ def compare(
     """`status.prediction` and the raw observed/predicted ratios, or None without enough traffic.
 
     `observed` holds the window's plain figures: pods (scraped replicas), requests, promptTokens,
-    outputTokens (counts), running, waiting (sums over pods), ttftMeanMs, itlMeanMs and
-    outputTokensPerSecond (fleet). Per-replica load and throughput divide by pods.
+    outputTokens (counts), running, waiting (sums over pods, now), requestsPerSecond, e2eMeanMs,
+    ttftMeanMs, itlMeanMs and outputTokensPerSecond (fleet, over the window). Per-replica load and
+    throughput divide by pods. The load is the window's mean requests in flight by Little's law
+    (rate x mean request time), the same window the latencies are averaged over; the gauges'
+    current value stands in only when the window lacks those figures.
     """
     pods = observed.get("pods") or 0
     requests = observed.get("requests") or 0
     if pods <= 0 or requests <= 0:
         return None
-    in_flight = ((observed.get("running") or 0) + (observed.get("waiting") or 0)) / pods
+    rate, e2e = observed.get("requestsPerSecond"), observed.get("e2eMeanMs")
+    if rate and e2e and rate > 0 and e2e > 0:
+        in_flight = rate * e2e / 1e3 / pods
+    else:
+        in_flight = ((observed.get("running") or 0) + (observed.get("waiting") or 0)) / pods
     prompt = (observed.get("promptTokens") or 0) / requests
     output = (observed.get("outputTokens") or 0) / requests
     prediction = predict_for_plan(

@@ -106,3 +106,13 @@ def test_compare_predicts_at_the_observed_load_and_shape() -> None:
 def test_compare_needs_traffic_and_a_concrete_plan() -> None:
     assert replay.compare(SPEC, _plan_dict(), _observed(requests=0)) is None
     assert replay.compare(SPEC, {"feasible": False}, _observed()) is None
+
+
+def test_observed_load_is_the_windows_mean_in_flight_by_littles_law() -> None:
+    """A surge earlier in the window shows in its mean latencies; the load must be the window's
+    too, not the gauges' current value (which may have drained to nothing)."""
+    plan = _plan_dict()
+    windowed = replay.compare(SPEC, plan, _observed(running=0, requestsPerSecond=6.0, e2eMeanMs=2000.0))
+    assert windowed is not None and windowed[0]["atObservedLoad"]["concurrency"] == 6.0  # 6/s x 2 s / 2 pods
+    gauges = replay.compare(SPEC, plan, _observed(running=8))
+    assert gauges is not None and gauges[0]["atObservedLoad"]["concurrency"] == 4.0
