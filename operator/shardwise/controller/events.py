@@ -61,7 +61,9 @@ def transitions(old_status: dict[str, Any], new_status: dict[str, Any]) -> list[
             out.append(("Warning", cond["reason"], cond["message"]))
         elif cond["type"] == "Planned" and cond["status"] == "False":
             out.append(("Warning", cond["reason"], cond["message"]))
-    return out
+    # Planned=False and Degraded=True usually carry the same reason: one event per (type, reason).
+    seen: set[tuple[str, str]] = set()
+    return [e for e in out if (e[0], e[1]) not in seen and not seen.add((e[0], e[1]))]
 
 
 def announce_transitions(kube: Kube, infd: dict[str, Any], old_status: dict[str, Any],

@@ -159,11 +159,11 @@ class Kube:
         return self.list(f"/apis/{api.GROUP}/{api.VERSION}/{api.PLURAL}")
 
     # -- writes -----------------------------------------------------------------------------
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply under shardwise's one field manager (forcing: we own these objects)."""
+    def apply(self, obj: dict[str, Any], *, force: bool = True) -> dict[str, Any]:
+        """Server-side apply under shardwise's one field manager; `force` only on objects we control."""
         meta = obj["metadata"]
         path = f"{collection_path(obj['apiVersion'], obj['kind'], meta['namespace'])}/{quote(meta['name'])}"
-        live = self.request("PATCH", path, query={"fieldManager": FIELD_MANAGER, "force": "true"},
+        live = self.request("PATCH", path, query={"fieldManager": FIELD_MANAGER, "force": str(force).lower()},
                             body=obj, content_type="application/apply-patch+yaml")
         if self.cache is not None:  # our own write, seen before its watch event arrives
             self.cache.observe_write(live)

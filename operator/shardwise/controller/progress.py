@@ -11,6 +11,7 @@ from typing import Any
 from shardwise import conditions
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 from shardwise.conditions import Condition
+from shardwise.controller.workload_health import Failure, pod_failure, unschedulable, workload_failure
 from shardwise.render import children, labels, leaderworkerset
 
 
@@ -55,14 +56,6 @@ def invalid_spec_status(status: dict[str, Any], message: str, *, generation: int
     }
 
 
-def _unschedulable_message(pods: list[dict[str, Any]]) -> str | None:
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        for cond in pod.get("status", {}).get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
-                return f"pod {pod['metadata']['name']} cannot be scheduled: {cond.get('message', '').strip()}"
-    return None
-
-
 def _workload_counts(workload: dict[str, Any] | None) -> tuple[int, int, int, bool]:
     """(replicas, ready, updated, observed) of a Deployment or LeaderWorkerSet."""
     if workload is None:
@@ -90,9 +83,18 @@ def _selector(name: str, plan: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in selector.items())
 
 
+def _failed(failure: Failure, counts: str = "") -> list[Condition]:
+    """A failure that needs a person: not ready, not progressing (kstatus Stalled), degraded, with its reason."""
+    message = f"{failure.message} ({counts})" if counts else failure.message
+    return [Condition("Ready", False, failure.reason, message),
+            Condition("Progressing", False, failure.reason, message),
+            Condition("Degraded", True, failure.reason, message)]
+
+
 def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: dict[str, Any] | None,
                  pods: list[dict[str, Any]], status: dict[str, Any], *, owner: children.Owner,
-                 generation: int | None, now: str) -> dict[str, Any]:
+                 generation: int | None, now: str, apply_failure: Failure | None = None) -> dict[str, Any]:
+    """`apply_failure`: what the API server (or an object we do not own) refused when applying the children."""
     desired = desired_replicas(spec, status)
     replicas, ready, _, _ = _workload_counts(workload)
     updates: list[Condition] = []
@@ -103,12 +105,14 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
         reason_code = plan.get("reasonCode") or "Infeasible"
         updates.append(Condition("Planned", False, reason_code, plan.get("reason", "")))
 
-    unschedulable = _unschedulable_message(pods)
     if not plan.get("feasible"):
         phase = "Pending"
         updates += [Condition("Ready", False, "NotPlanned", plan.get("reason", "")),
                     Condition("Progressing", False, "NotPlanned", "no feasible plan; nothing was created"),
                     Condition("Degraded", True, plan.get("reasonCode") or "Infeasible", plan.get("reason", ""))]
+    elif apply_failure is not None:
+        phase = "Degraded"
+        updates += _failed(apply_failure)
     elif desired == 0:
         phase = "Ready"
         updates += [Condition("Ready", True, "ScaledToZero", "0 replicas requested"),
@@ -117,14 +121,20 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
     else:
         counts = f"{ready}/{desired} replicas ready"
         is_ready = workload is not None and workload_ready(workload, desired)
-        updates.append(Condition("Ready", is_ready, "Ready" if is_ready else "ReplicasNotReady", counts))
-        updates.append(Condition("Progressing", not is_ready, "RollingOut" if not is_ready else "RolloutComplete",
-                                 counts if not is_ready else f"{desired} replicas up to date"))
-        if unschedulable:
-            updates.append(Condition("Degraded", True, "Unschedulable", unschedulable))
+        failure = None if is_ready else (workload_failure(workload) or pod_failure(pods))
+        waiting = None if is_ready else unschedulable(pods)
+        if failure is not None:
+            phase = "Degraded"
+            updates += _failed(failure, counts)
         else:
-            updates.append(Condition("Degraded", False, "AsExpected", ""))
-        phase = "Ready" if is_ready else ("Degraded" if unschedulable else "Progressing")
+            updates.append(Condition("Ready", is_ready, "Ready" if is_ready else "ReplicasNotReady", counts))
+            updates.append(Condition("Progressing", not is_ready, "RollingOut" if not is_ready else "RolloutComplete",
+                                     counts if not is_ready else f"{desired} replicas up to date"))
+            if waiting is not None:
+                updates.append(Condition("Degraded", True, waiting.reason, waiting.message))
+            else:
+                updates.append(Condition("Degraded", False, "AsExpected", ""))
+            phase = "Ready" if is_ready else ("Degraded" if waiting else "Progressing")
 
     updates += kstatus_conditions(updates)
     return {

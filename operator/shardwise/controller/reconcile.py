@@ -3,7 +3,9 @@
 Steps (each a function below):
   1. read the spec; one the models reject is reported, and nothing else is touched;
   2. plan: keep the current plan unless planning inputs changed (see planning.py);
-  3. render the children and apply only those whose live state lacks what we want;
+  3. render the children and apply only those whose live state lacks what we want, and only when
+     every existing one is controlled by this resource (ownership.py); a refusal from the API
+     server that retrying cannot fix (errors.py) goes on the status instead of raising;
   4. derive status from the plan and the live workload, and write it only when it changed.
 Everything that decides is pure (planner, render, progress); this module only reads and writes.
 """
@@ -18,10 +20,12 @@ from typing import Any
 import pydantic
 
 from shardwise.api import v1alpha1 as api
-from shardwise.controller import calibration, cachestate, events, missing_api, modelcache, planning, progress
+from shardwise.controller import (calibration, cachestate, errors, events, missing_api, modelcache, ownership,
+                                 planning, progress)
 from shardwise.controller.compare import contains, merge_patch
 from shardwise.controller.kube import ApiException, Kube
 from shardwise.controller.settings import Settings
+from shardwise.controller.workload_health import Failure
 from shardwise.render import children, labels
 from shardwise.render import modelcache as mc
 
@@ -32,6 +36,7 @@ log = logging.getLogger(__name__)
 class Outcome:
     applied: tuple[str, ...]
     status_written: bool
+    failure: Failure | None = None  # a permanent failure, reported on the status (not worth a hot retry)
 
 
 def now_rfc3339() -> str:
@@ -60,22 +65,35 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
     workload = None
     lws_missing = False
     cache: cachestate.CacheView | None = None
+    failure: Failure | None = None
     if plan.get("feasible"):
         # No serving pod before its weights are complete and verified.
         cache_ref, cache = modelcache.ensure(kube, settings, namespace, spec, plan)
         expected_start_s = mc.expected_start_seconds(mc.weight_bytes(plan), cached=cache_ref.mode != "None")
     if plan.get("feasible") and cache is not None and cache.ready:
         replicas = progress.desired_replicas(spec, status)
-        for obj in children.render(owner, spec, plan, replicas, runtime_image=settings.runtime_image,
-                                   cache=cache_ref, expected_start_s=expected_start_s):
-            live = kube.get(obj["apiVersion"], obj["kind"], namespace, obj["metadata"]["name"])
+        wanted = children.render(owner, spec, plan, replicas, runtime_image=settings.runtime_image,
+                                 cache=cache_ref, expected_start_s=expected_start_s)
+        lives = [kube.get(obj["apiVersion"], obj["kind"], namespace, obj["metadata"]["name"]) for obj in wanted]
+        conflicts = ownership.conflicts(owner, zip(wanted, lives))
+        if conflicts:  # touch nothing, not even our own children: a workload without its Service serves no one
+            failure = Failure("ChildConflict", "; ".join(conflicts))
+            wanted = []
+        for obj, live in zip(wanted, lives):
             if live is None or not contains(live, obj):
                 try:
-                    live = kube.apply(obj)
+                    # Force only on objects we control (it takes back our own fields from other
+                    # managers); a create is not forced, so a namesake made since the read conflicts.
+                    live = kube.apply(obj, force=live is not None)
                 except ApiException as exc:
-                    if not missing_api.is_missing_lws_api(exc, obj):
+                    if missing_api.is_missing_lws_api(exc, obj):
+                        lws_missing = True
+                        continue
+                    typed = errors.classify(exc)
+                    if not typed.permanent:
                         raise
-                    lws_missing = True
+                    failure = failure or Failure(typed.reason, f"{obj['kind']} {obj['metadata']['name']}: "
+                                                               f"{typed.message}")
                     continue
                 applied.append(f"{obj['kind']}/{obj['metadata']['name']}")
             if obj["kind"] in ("Deployment", "LeaderWorkerSet"):
@@ -86,7 +104,8 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
         log.info("%s/%s: applied %s", namespace, name, ", ".join(applied))
 
     pods = kube.list_pods(namespace, labels.selector_string(name)) if workload is not None else []
-    update = progress.build_status(spec, plan, workload, pods, status, owner=owner, generation=generation, now=now)
+    update = progress.build_status(spec, plan, workload, pods, status, owner=owner, generation=generation, now=now,
+                                   apply_failure=failure)
     if lws_missing:
         update = missing_api.lws_not_installed_status(update, status, generation=generation, now=now)
     if cache is not None:
@@ -99,7 +118,9 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
         events.announce_transitions(kube, infd, status, update, now)
         for type_, reason, message in cachestate.cache_events(status, update):
             events.emit(kube, infd, type_=type_, reason=reason, message=message, now=now)
-    return Outcome(tuple(applied), written)
+    if failure is not None:
+        log.warning("%s/%s: %s: %s", namespace, name, failure.reason, failure.message)
+    return Outcome(tuple(applied), written, failure)
 
 
 def _remove_replaced_workload(kube: Kube, owner: children.Owner, workload: dict[str, Any]) -> list[str]:
@@ -116,8 +137,7 @@ def _remove_replaced_workload(kube: Kube, owner: children.Owner, workload: dict[
             if exc.status == 404:  # the kind itself is not installed (no LeaderWorkerSet CRD)
                 continue
             raise
-        refs = (old or {}).get("metadata", {}).get("ownerReferences") or []
-        if old and any(r.get("uid") == owner.uid and r.get("controller") for r in refs):
+        if old and ownership.is_controlled_by(old, owner):
             kube.delete_owned(old)
             removed.append(f"deleted {kind}/{name}")
     return removed

@@ -50,7 +50,7 @@ class FakeKube:
         found = self.objects.get((api_version, kind, namespace, name))
         return copy.deepcopy(found) if found else None
 
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, obj: dict[str, Any], *, force: bool = True) -> dict[str, Any]:
         if obj["kind"] == "LeaderWorkerSet" and not self.lws_installed:
             raise ApiException(status=404, reason="Not Found")
         meta = obj["metadata"]
@@ -171,12 +171,12 @@ def test_other_api_errors_are_not_mistaken_for_a_missing_crd() -> None:
     assert not missing_api.is_missing_lws_api(ApiException(status=404), {"kind": "Deployment"})
 
 
-def test_a_forbidden_apply_still_fails_the_reconcile(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unavailable_api_still_fails_the_reconcile(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = FakeKube(inference_deployment(), lws_installed=True)
 
-    def forbidden(obj: dict[str, Any]) -> dict[str, Any]:
-        raise ApiException(status=403, reason="Forbidden")
+    def unavailable(obj: dict[str, Any], **_: Any) -> dict[str, Any]:
+        raise ApiException(status=503, reason="Service Unavailable")
 
-    monkeypatch.setattr(kube, "apply", forbidden)
+    monkeypatch.setattr(kube, "apply", unavailable)
     with pytest.raises(ApiException):
         run(kube)
