@@ -1,11 +1,11 @@
 -- Argo CD health check for shardwise.io/InferenceDeployment (argocd-cm key
--- resource.customizations.health.shardwise.io_InferenceDeployment). Reads only what the
--- operator writes: status.observedGeneration, the Ready/Degraded/Progressing conditions
--- (each with its observedGeneration) and status.phase.
+-- resource.customizations.health.shardwise.io_InferenceDeployment). The rule every tool shares
+-- (docs/gitops.md): not yet observed -> Progressing; Stalled=True (needs a person) -> Degraded;
+-- Ready=True -> Healthy; anything else, an unschedulable pod included -> Progressing.
 local hs = {}
 local generation = obj.metadata.generation
 local status = obj.status
-if status == nil or status.observedGeneration == nil then
+if status == nil or status.observedGeneration == nil or status.observedGeneration == 0 then
   hs.status = "Progressing"
   hs.message = "Waiting for the shardwise operator to observe this InferenceDeployment"
   return hs
@@ -32,10 +32,10 @@ local function describe(condition, fallback)
   end
   return condition.reason or fallback
 end
-local degraded = conditions["Degraded"]
-if status.phase == "Failed" or (degraded ~= nil and degraded.status == "True") then
+local stalled = conditions["Stalled"]
+if stalled ~= nil and stalled.status == "True" then
   hs.status = "Degraded"
-  hs.message = describe(degraded, "phase " .. tostring(status.phase))
+  hs.message = describe(stalled, "Stalled")
   return hs
 end
 local ready = conditions["Ready"]
@@ -45,6 +45,11 @@ if ready ~= nil and ready.status == "True" and
   hs.message = describe(ready, "Ready")
   return hs
 end
+local degraded = conditions["Degraded"]
 hs.status = "Progressing"
-hs.message = describe(conditions["Progressing"], describe(ready, "Not ready yet"))
+if degraded ~= nil and degraded.status == "True" then
+  hs.message = describe(degraded, "Degraded")
+else
+  hs.message = describe(conditions["Progressing"], describe(ready, "Not ready yet"))
+end
 return hs

@@ -115,7 +115,7 @@ def build_crd() -> dict[str, Any]:
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
                                 "spec": spec_schema,
-                                "status": status_schema,
+                                "status": {**status_schema, "default": {}},
                             },
                         }
                     },

@@ -178,6 +178,29 @@ class ModelSpec(_Model):
     )
 
 
+# `vllm serve` flags shardwise sets itself (vllm_args.py), with vLLM 0.32's aliases. vLLM reads
+# `_` as `-` and argparse takes unambiguous prefixes, so an item is refused when its flag, up to the
+# first `=` or space, with underscores read as dashes, is any of these or a prefix of one
+# (`--tensor-parallel 4`), or is the short -tp/-pp/-q form (also `-qawq`, argparse's attached value).
+OWNED_FLAGS = ("--model", "--dtype", "--quantization", "--host", "--port", "--tensor-parallel-size",
+               "--pipeline-parallel-size", "--max-model-len", "--gpu-memory-utilization",
+               "--device-memory-utilization", "--served-model-name", "--max-num-seqs")
+OWNED_SHORT_FLAGS = ("-tp", "-pp", "-q")
+_FLAG_OF_ITEM = "self.trim().split(' ')[0].split('=')[0].replace('_', '-')"
+_OWNED_FLAG_RULE = (
+    f"cel.bind(f, {_FLAG_OF_ITEM}, !(f.startsWith('--') && f.size() > 3 && "
+    f"{list(OWNED_FLAGS)}.exists(o, o.startsWith(f))) && "
+    f"!(!f.startsWith('--') && {list(OWNED_SHORT_FLAGS)}.exists(o, f.startsWith(o))))"
+)
+ExtraArg = Annotated[str, StringConstraints(min_length=1, max_length=1024), Field(json_schema_extra=_rules((
+    _OWNED_FLAG_RULE,
+    "serving.extraArgs may not set a flag shardwise sets itself (--model, --dtype, --quantization/-q, --host, "
+    "--port, --tensor-parallel-size/-tp, --pipeline-parallel-size/-pp, --max-model-len, "
+    "--gpu-memory-utilization, --served-model-name, --max-num-seqs), in any spelling (=value, a space, "
+    "underscores, a prefix); use the matching spec fields instead",
+)))]
+
+
 class ServingSpec(_Model):
     maxModelLen: int = Field(
         8192, ge=1, le=10_485_760, description="Longest context (prompt + output tokens) one request may use."
@@ -191,11 +214,12 @@ class ServingSpec(_Model):
         description="Fraction of each GPU's memory vLLM may use (--gpu-memory-utilization)."
     )
     image: str = Field(DEFAULT_IMAGE, min_length=1, description="Container image running `vllm serve`.")
-    extraArgs: list[Annotated[str, StringConstraints(min_length=1, max_length=1024)]] = Field(
+    extraArgs: list[ExtraArg] = Field(
         default_factory=list,
         max_length=128,
         description="Extra `vllm serve` arguments, one list item per token (no shell). Flags shardwise sets "
-        "from the plan may not be repeated here.",
+        "from the spec or the plan (model, dtype, quantization, host, port, parallel sizes, context length, "
+        "memory fraction, served name, max sequences) may not appear here in any spelling.",
     )
 
     model_config = ConfigDict(
@@ -207,14 +231,6 @@ class ServingSpec(_Model):
                 f"serving.gpuMemoryUtilization must be in [{GPU_MEMORY_UTILIZATION_MIN}, "
                 f"{GPU_MEMORY_UTILIZATION_MAX}]: below {GPU_MEMORY_UTILIZATION_MIN:.0%} of a GPU no model fits",
                 ".gpuMemoryUtilization",
-            ),
-            (
-                "!has(self.extraArgs) || self.extraArgs.all(a, !(a.split('=')[0] in "
-                "['--tensor-parallel-size', '-tp', '--pipeline-parallel-size', '-pp', '--max-model-len', "
-                "'--gpu-memory-utilization', '--served-model-name', '--port', '--max-num-seqs']))",
-                "serving.extraArgs may not set flags that shardwise derives from the spec (tensor/pipeline "
-                "parallel size, max model len, GPU memory utilization, served model name, port, max num seqs); "
-                "use the matching spec fields instead",
             ),
         )
     )
@@ -239,14 +255,40 @@ class ParallelismSpec(_Model):
     )
 
 
+# What the core API's ValidateTolerations accepts (a qualified name; a label value), so a bad
+# toleration is refused here rather than on the Deployment the operator creates from it.
+QUALIFIED_NAME = (r"^(([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                  r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+
+
 class Toleration(_Model):
-    key: str | None = Field(None, description="Taint key the toleration applies to; empty matches all keys.")
+    key: str | None = Field(None, max_length=317, pattern=QUALIFIED_NAME,
+                            description="Taint key the toleration applies to; empty matches all keys.")
     operator: str | None = Field(None, pattern=r"^(Exists|Equal)$", description="Exists or Equal (default Equal).")
-    value: str | None = Field(None, description="Taint value to match when operator is Equal.")
+    value: str | None = Field(None, max_length=63, pattern=LABEL_VALUE,
+                              description="Taint value to match when operator is Equal.")
     effect: str | None = Field(
         None, pattern=r"^(NoSchedule|PreferNoSchedule|NoExecute)?$", description="Taint effect to match; empty matches all."
     )
     tolerationSeconds: int | None = Field(None, description="How long a NoExecute taint is tolerated.")
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+                "a toleration without a key must use operator Exists (it then matches every taint)",
+            ),
+            (
+                "!(has(self.operator) && self.operator == 'Exists') || !has(self.value) || self.value == ''",
+                "a toleration with operator Exists must not have a value",
+            ),
+            (
+                "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                "tolerationSeconds applies only to effect NoExecute",
+            ),
+        )
+    )
 
 
 class PlacementSpec(_Model):
@@ -269,6 +311,11 @@ class SLOSpec(_Model):
             (
                 "has(self.ttftP95) || has(self.itlP95) || has(self.e2eP95)",
                 "autoscaling.slo needs at least one target: ttftP95, itlP95 or e2eP95",
+            ),
+            *(
+                (f"!has(self.{target}) || !self.{target}.matches('^0+(\\\\.0+)?(ms|s|m)$')",
+                 f"autoscaling.slo.{target} must be above zero (no latency can meet a target of 0)")
+                for target in ("ttftP95", "itlP95", "e2eP95")
             ),
         )
     )
@@ -342,6 +389,10 @@ class WorkloadSpec(_Model):
     )
 
 
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
 class InferenceDeploymentSpec(_Model):
     model: ModelSpec = Field(..., description="The model to serve.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="vLLM serving settings.", **_EMPTY)
@@ -352,11 +403,24 @@ class InferenceDeploymentSpec(_Model):
     workload: WorkloadSpec = Field(
         default_factory=WorkloadSpec, description="Typical requests and load the predictions are for.", **_EMPTY
     )
-    replicas: int = Field(1, ge=0, le=MAX_REPLICAS, description="Serving replicas when autoscaling is off.")
+    # No default in the CRD (the model's 1 applies when it is unset), so CEL can tell "not set" apart.
+    replicas: int = Field(1, ge=0, le=MAX_REPLICAS, description="Serving replicas when autoscaling is off (default 1).",
+                          json_schema_extra=_no_default)
     autoscaling: AutoscalingSpec | None = Field(
-        None, description="Scale replicas to keep latency under SLOs; spec.replicas is then ignored."
+        None, description="Scale replicas to keep latency under SLOs; then leave spec.replicas unset."
     )
     pricing: PricingSpec = Field(default_factory=PricingSpec, description="GPU price used for cost figures.", **_EMPTY)
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        # Creating (or adding autoscaling to) an object with both is refused. An update that
+        # keeps autoscaling as it was may set replicas: that is `kubectl scale` (an HPA) through the
+        # scale subresource; the operator then reports ReplicasIgnored instead of acting on it.
+        "rule": "!has(self.autoscaling) || !has(self.replicas) || (oldSelf.hasValue() && "
+                "has(oldSelf.value().autoscaling) && oldSelf.value().autoscaling == self.autoscaling)",
+        "optionalOldSelf": True,
+        "message": "spec.replicas and spec.autoscaling cannot both be set: with autoscaling, shardwise owns the "
+                   "replica count (between autoscaling.minReplicas and maxReplicas); remove spec.replicas",
+    }]})
 
 
 class Condition(_Model):
@@ -371,7 +435,10 @@ class Condition(_Model):
 
 
 class InferenceDeploymentStatus(_Model):
-    observedGeneration: int | None = Field(None, description="The spec generation this status describes.")
+    # Defaulted to 0 by the API server (status itself defaults to {}), so a new object reads
+    # "generation 1 not yet observed" (kstatus InProgress) before the operator writes anything.
+    observedGeneration: int | None = Field(None, description="The spec generation this status describes "
+                                           "(0: not yet observed).", json_schema_extra={"default": 0})
     phase: str | None = Field(None, description="Pending, Progressing, Ready, Degraded or Failed.")
     conditions: list[Condition] = Field(default_factory=list, description="Ready, Progressing, Degraded, Planned, SLOMet.")
     replicas: int | None = Field(None, description="Serving replicas that exist.")

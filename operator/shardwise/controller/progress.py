@@ -83,6 +83,20 @@ def _selector(name: str, plan: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in selector.items())
 
 
+def replicas_ignored(spec: InferenceDeploymentSpec) -> Condition:
+    """spec.replicas set on an autoscaled resource (`kubectl scale`, an HPA): said, not silently dropped.
+
+    Admission refuses both in a new object; the scale subresource can still write spec.replicas.
+    """
+    scaling = spec.autoscaling
+    if scaling is None or "replicas" not in spec.model_fields_set:
+        return Condition("ReplicasIgnored", False, "AsExpected", "")
+    return Condition("ReplicasIgnored", True, "AutoscalingOwnsReplicas",
+                     f"spec.replicas={spec.replicas} (kubectl scale or an HPA?) is ignored: spec.autoscaling keeps "
+                     f"the count between {scaling.minReplicas} and {scaling.maxReplicas} from the SLOs; "
+                     f"change autoscaling.minReplicas/maxReplicas instead, or remove spec.autoscaling")
+
+
 def _failed(failure: Failure, counts: str = "") -> list[Condition]:
     """A failure that needs a person: not ready, not progressing (kstatus Stalled), degraded, with its reason."""
     message = f"{failure.message} ({counts})" if counts else failure.message
@@ -137,6 +151,7 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
             phase = "Ready" if is_ready else ("Degraded" if waiting else "Progressing")
 
     updates += kstatus_conditions(updates)
+    updates.append(replicas_ignored(spec))
     return {
         "observedGeneration": generation,
         "phase": phase,

@@ -54,6 +54,9 @@ def status(plan: dict[str, Any], live: dict[str, Any] | None, generation: int = 
 UNSCHEDULABLE_POD = {"metadata": {"name": "llama-8b-0"}, "status": {"conditions": [
     {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/5 nodes are available"}]}}
 
+IMAGE_PULL_POD = {"metadata": {"name": "llama-8b-0"}, "status": {"containerStatuses": [
+    {"name": "vllm", "ready": False, "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}
+
 CASES = [
     ("never reconciled", infd(1, None), "Progressing", "Waiting for the shardwise operator"),
     ("ready", infd(1, status(PLAN, workload(ready=1))), "Healthy", "Ready: 1/1 replicas ready"),
@@ -69,7 +72,11 @@ CASES = [
     ("no GPU fits", infd(1, status(INFEASIBLE, None)), "Degraded", "NoFittingGPUs: no GPU has 16 GiB free"),
     ("unschedulable", infd(1, progress.build_status(SPEC, PLAN, workload(ready=0), [UNSCHEDULABLE_POD], {},
                                                     owner=OWNER, generation=1, now=NOW)),
-     "Degraded", "Unschedulable: pod llama-8b-0 cannot be scheduled"),
+     "Progressing", "Unschedulable: pod llama-8b-0 cannot be scheduled"),
+    ("defaulted status of a new object", infd(1, {"observedGeneration": 0}), "Progressing", "Waiting for"),
+    ("image pull failure", infd(1, progress.build_status(SPEC, PLAN, workload(ready=0), [IMAGE_PULL_POD], {},
+                                                         owner=OWNER, generation=1, now=NOW)),
+     "Degraded", "ImagePullBackOff: pod llama-8b-0 container vllm: ImagePullBackOff"),
     ("status without conditions", infd(1, {"observedGeneration": 1}), "Progressing", "Not ready yet"),
 ]
 
