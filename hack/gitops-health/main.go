@@ -15,8 +15,8 @@ import (
 )
 
 type input struct {
-	Exprs   map[string]string        `json:"exprs"`
-	Objects []map[string]interface{} `json:"objects"`
+	Exprs   map[string]string `json:"exprs"`
+	Objects []json.RawMessage `json:"objects"`
 }
 
 func flux(exprs map[string]string, obj map[string]interface{}) (string, error) {
@@ -66,8 +66,14 @@ func main() {
 		os.Exit(2)
 	}
 	enc := json.NewEncoder(os.Stdout)
-	for _, obj := range in.Objects {
-		res, err := status.Compute(&unstructured.Unstructured{Object: obj})
+	for _, raw := range in.Objects {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(raw); err != nil { // integers stay int64, as from the API server
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		obj := u.Object
+		res, err := status.Compute(u)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -50,7 +50,7 @@ CORPUS = [
      ["spec.serving.gpuMemoryUtilization", "less than or equal to 0.99"]),
     ("memory fraction zero", with_spec(serving__gpuMemoryUtilization=0), ["spec.serving.gpuMemoryUtilization"]),
     ("planner flag in extraArgs", with_spec(serving__extraArgs=["--tensor-parallel-size=4"]),
-     ["may not set flags that shardwise derives"]),
+     ["may not set a flag shardwise sets itself"]),
     ("tensor without pipeline", with_spec(parallelism={"tensor": 4}), ["must be set together"]),
     ("zero tensor parallelism", with_spec(parallelism={"tensor": 0, "pipeline": 1}), ["spec.parallelism.tensor"]),
     ("unknown objective", with_spec(parallelism={"objective": "Fastest"}),

@@ -188,7 +188,8 @@ OWNED_FLAGS = ("--model", "--dtype", "--quantization", "--host", "--port", "--te
 OWNED_SHORT_FLAGS = ("-tp", "-pp", "-q")
 _FLAG_OF_ITEM = "self.trim().split(' ')[0].split('=')[0].replace('_', '-')"
 _OWNED_FLAG_RULE = (
-    f"cel.bind(f, {_FLAG_OF_ITEM}, !(f.startsWith('--') && f.size() > 3 && "
+    # `[x].all(f, ...)` binds f = x (cel.bind is not in the CRD validation environment).
+    f"[{_FLAG_OF_ITEM}].all(f, !(f.startsWith('--') && f.size() > 3 && "
     f"{list(OWNED_FLAGS)}.exists(o, o.startsWith(f))) && "
     f"!(!f.startsWith('--') && {list(OWNED_SHORT_FLAGS)}.exists(o, f.startsWith(o))))"
 )

@@ -62,6 +62,8 @@ def classify(exc: BaseException) -> ReconcileError:
     message = server_message(exc)
     if exc.status in (400, 422):
         return PermanentError("ChildRejected", message)
+    if exc.status == 403 and "because it is being terminated" in message:
+        return TemporaryError("NamespaceTerminating", message)  # the resource goes with it; nothing to report
     if exc.status == 403:
         return PermanentError("QuotaExceeded" if "exceeded quota" in message else "Forbidden", message)
     if exc.status == 429:

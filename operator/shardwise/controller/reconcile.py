@@ -118,7 +118,7 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
         events.announce_transitions(kube, infd, status, update, now)
         for type_, reason, message in cachestate.cache_events(status, update):
             events.emit(kube, infd, type_=type_, reason=reason, message=message, now=now)
-    if failure is not None:
+    if failure is not None and written:
         log.warning("%s/%s: %s: %s", namespace, name, failure.reason, failure.message)
     return Outcome(tuple(applied), written, failure)
 

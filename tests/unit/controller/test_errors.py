@@ -21,6 +21,8 @@ def api_error(status: int, message: str = "", headers: dict[str, str] | None = N
     (400, "bad request", "ChildRejected", True),
     (403, 'pods "x" is forbidden: exceeded quota: zero, requested: pods=1', "QuotaExceeded", True),
     (403, 'deployments.apps "x" is forbidden: User cannot patch', "Forbidden", True),
+    (403, 'services "x" is forbidden: unable to create new content in namespace t because it is being terminated',
+     "NamespaceTerminating", False),
     (409, "the object has been modified", "Conflict", False),
     (429, "too many requests", "TooManyRequests", False),
     (500, "etcd leader changed", "Unavailable", False),
