@@ -125,3 +125,16 @@ def test_kubectl_scale_on_an_autoscaled_resource_is_reported_as_ignored(operator
         return [e for e in kubectl.get("events")["items"] if e["reason"] == "AutoscalingOwnsReplicas"]
     eventually(lambda: len(ignored_events()) == 1, timeout=30, what="one AutoscalingOwnsReplicas event")
     assert ignored_events()[0]["type"] == "Warning"
+
+
+def test_max_model_len_beyond_the_context_window_is_flagged_with_the_numbers(operator: OperatorProcess,
+                                                                           kubectl: Kubectl) -> None:
+    doc = with_spec(model={"name": "Qwen/Qwen2.5-7B-Instruct"}, serving={"maxModelLen": 131072})
+    doc["metadata"]["name"] = "too-long"
+    kubectl.apply_yaml(yaml.safe_dump(doc))
+    cond = eventually(lambda: (c := kubectl.condition("too-long", "Planned")) and c["status"] == "False" and c,
+                      timeout=90, what="Planned=False")
+    assert cond["reason"] == "MaxModelLenExceedsContext"
+    assert "131072" in cond["message"] and "32768 tokens" in cond["message"]
+    assert kubectl.condition("too-long", "Stalled")["status"] == "True"
+    assert kubectl.get("deployment", "too-long") is None

@@ -13,6 +13,7 @@ from typing import Any
 
 from shardwise import planner
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
+from shardwise.planner.models import lookup_model
 from shardwise.render.labels import INSTANCE_LABEL, REPLAN_ANNOTATION
 
 
@@ -58,16 +59,37 @@ def pods_of_others(pods: list[dict[str, Any]], namespace: str, name: str) -> lis
                                     and (p["metadata"].get("labels") or {}).get(INSTANCE_LABEL) == name)]
 
 
+def context_exceeded(spec_dict: dict[str, Any]) -> str | None:
+    """Why serving.maxModelLen cannot work for a catalog model, with the numbers; None when it can.
+
+    vLLM refuses to start with a max_model_len beyond the model's max_position_embeddings, so
+    planning (and rolling out pods that crash) would only hide the mistake.
+    """
+    name = str((spec_dict.get("model") or {}).get("name") or "")
+    wanted = int((spec_dict.get("serving") or {}).get("maxModelLen") or 8192)
+    arch = lookup_model(name) if name else None
+    if arch is None or arch.context_length is None or wanted <= arch.context_length:
+        return None
+    return (f"serving.maxModelLen {wanted} exceeds the context window of {name}: {arch.context_length} tokens "
+            f"(max_position_embeddings of {arch.name}); vLLM would refuse to start. Set serving.maxModelLen "
+            f"to at most {arch.context_length}")
+
+
 def make_plan(spec_dict: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
               prices: dict[str, float] | None, *, fingerprint: str, token: str,
               learned: dict[str, planner.plans.Correction] | None = None) -> dict[str, Any]:
-    try:
-        request = planner.request_from_spec(spec_dict)
-    except planner.PlanInputError as exc:  # e.g. a model the catalog lacks and no architecture given
-        result: dict[str, Any] = {"feasible": False, "reasonCode": "InvalidModel", "reason": str(exc)}
+    result: dict[str, Any]
+    too_long = context_exceeded(spec_dict)
+    if too_long:
+        result = {"feasible": False, "reasonCode": "MaxModelLenExceedsContext", "reason": too_long}
     else:
-        inventory = planner.inventory_from_nodes(nodes, pods)
-        result = planner.plan(request, inventory, prices=prices, learned=learned).to_dict()
+        try:
+            request = planner.request_from_spec(spec_dict)
+        except planner.PlanInputError as exc:  # e.g. a model the catalog lacks and no architecture given
+            result = {"feasible": False, "reasonCode": "InvalidModel", "reason": str(exc)}
+        else:
+            inventory = planner.inventory_from_nodes(nodes, pods)
+            result = planner.plan(request, inventory, prices=prices, learned=learned).to_dict()
     result["specFingerprint"] = fingerprint
     result["replanToken"] = token
     return result

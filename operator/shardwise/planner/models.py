@@ -29,6 +29,7 @@ class ModelArch:
     parameters: float
     active_parameters: float
     source: str
+    context_length: int | None = None  # max_position_embeddings; None when not known
 
     @property
     def is_moe(self) -> bool:
@@ -79,6 +80,7 @@ def _catalog() -> tuple[dict[str, ModelArch], dict[str, ModelArch]]:
                 entry.get("activeParameters", parameters)  # type: ignore[arg-type]
             ),
             source=str(entry["source"]),
+            context_length=int(entry["contextLength"]) if "contextLength" in entry else None,  # type: ignore[call-overload]
         )
         by_key.setdefault(_model_key(model_id), arch)
         for repo in entry["names"]:  # type: ignore[attr-defined]

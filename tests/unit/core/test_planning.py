@@ -44,3 +44,13 @@ def test_unknown_model_becomes_an_infeasible_plan_not_an_exception() -> None:
     result = planning.make_plan(spec, [node("a")], [], None, fingerprint="f", token="")
     assert result["feasible"] is False and result["reasonCode"] == "InvalidModel"
     assert "spec.model" in result["reason"]
+
+
+def test_max_model_len_beyond_the_context_window_is_not_planned() -> None:
+    from shardwise.controller import planning
+    spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "serving": {"maxModelLen": 65536}}
+    plan = planning.make_plan(spec, [], [], None, fingerprint="f", token="")
+    assert (plan["feasible"], plan["reasonCode"]) == (False, "MaxModelLenExceedsContext")
+    assert "65536" in plan["reason"] and "32768 tokens" in plan["reason"] and "at most 32768" in plan["reason"]
+    assert planning.context_exceeded({**spec, "serving": {"maxModelLen": 32768}}) is None
+    assert planning.context_exceeded({"model": {"name": "my-org/unknown"}, "serving": {"maxModelLen": 10**6}}) is None
