@@ -175,7 +175,28 @@ def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any], re
             build_deployment(owner, spec, plan, replicas),
             build_service(owner, labels.selector_labels(owner.name)),
         ]
-    return modelcache.apply_to_workloads(out, cache, expected_start_s)
+    return [with_progress_deadline(o) for o in modelcache.apply_to_workloads(out, cache, expected_start_s)]
+
+
+# Beyond the startup probe's own budget: a rollout may also wait this long for a surge pod's GPUs.
+PROGRESS_MARGIN_S = 600
+
+
+def with_progress_deadline(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment's progressDeadlineSeconds outlasts its startup probe's budget.
+
+    Kubernetes' default (600 s) is shorter than loading a large model, and the operator reports
+    Progressing=False/ProgressDeadlineExceeded as a failure: the deadline must only fire when the
+    kubelet would already have given up on the container.
+    """
+    if obj.get("kind") != "Deployment":
+        return obj
+    budget = 0
+    for container in obj["spec"]["template"]["spec"]["containers"]:
+        probe = container.get("startupProbe") or {}
+        budget = max(budget, int(probe.get("periodSeconds", 10)) * int(probe.get("failureThreshold", 3)))
+    obj["spec"]["progressDeadlineSeconds"] = max(600, budget + PROGRESS_MARGIN_S)
+    return obj
 
 
 def workload_candidates(name: str) -> list[tuple[str, str, str]]:

@@ -132,3 +132,12 @@ def test_pods_carry_the_common_labels_and_model_facts_not_predictions() -> None:
     # roll the pods. The parameter count is a fact the simulated engine sizes itself by.
     assert template["metadata"]["annotations"] == {labels.MAX_CONCURRENCY_ANNOTATION: "8",
                                                    labels.MODEL_PARAMETERS_ANNOTATION: "405900000000"}
+
+
+def test_progress_deadline_outlasts_the_startup_probe() -> None:
+    from shardwise.render.children import PROGRESS_MARGIN_S, with_progress_deadline
+    deployment = {"kind": "Deployment", "spec": {"template": {"spec": {"containers": [
+        {"name": "vllm", "startupProbe": {"periodSeconds": 10, "failureThreshold": 180}}]}}}}
+    assert with_progress_deadline(deployment)["spec"]["progressDeadlineSeconds"] == 1800 + PROGRESS_MARGIN_S
+    service = {"kind": "Service", "spec": {}}
+    assert with_progress_deadline(service) == {"kind": "Service", "spec": {}}
