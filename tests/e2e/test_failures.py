@@ -108,11 +108,12 @@ def test_user_objects_with_the_same_name_are_never_touched(operator: OperatorPro
          "spec": {"selector": labels, "ports": [{"port": 80, "targetPort": 8080}]}},
     ]))
 
-    def settled() -> bool:
+    def settled() -> bool:  # the deployment controller's last write: nothing changes it after this
         status = (kubectl.get("deployment", "mine") or {}).get("status") or {}
-        return status.get("readyReplicas") == 1 and status.get("observedGeneration") == 1
+        reasons = {c["type"]: c.get("reason") for c in status.get("conditions") or []}
+        return (status.get("availableReplicas") == 1 and status.get("observedGeneration") == 1
+                and reasons.get("Progressing") == "NewReplicaSetAvailable" and "Available" in reasons)
     eventually(settled, timeout=90, what="the user's Deployment settled")
-    time.sleep(2)  # let the deployment controller's last status write land before the snapshot
     before = {kind: snapshot(kubectl, kind, "mine") for kind in ("deployment", "service")}
 
     kubectl.apply_yaml(model("mine"))
@@ -125,7 +126,8 @@ def test_user_objects_with_the_same_name_are_never_touched(operator: OperatorPro
                timeout=60, what="the edit observed")
     assert degraded(kubectl, "mine", "ChildConflict")
     kubectl.run("delete", "infd", "mine", "--wait=true", "--timeout=60s")
-    time.sleep(3)  # garbage collection would act within this if the objects carried our owner reference
+    # Garbage collection can only take objects that carry our owner reference; equal snapshots
+    # (ownerReferences included) and no operator writes show they never did.
 
     after = {kind: snapshot(kubectl, kind, "mine") for kind in ("deployment", "service")}
     assert after == before
