@@ -7,13 +7,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help deps venv control-plane crds test unit e2e bench fuzz demo lint clean
+.PHONY: help deps venv control-plane crds test unit e2e bench bench-scale fuzz demo lint clean
 
 help:
 	@echo "make demo    local control plane + simulated GPU fleet + operator + live traffic"
 	@echo "make test    unit and integration tests (real kube-apiserver, etcd, scheduler, KWOK)"
 	@echo "make bench   planner, collector and autoscaler benchmarks"
 	@echo "make fuzz    the long fuzz profile: 50,000+ hostile inputs through the pure core"
+	@echo "make bench-scale  the operator with 100 and 500 deployments, and on 5,000 nodes / 50,000 pods"
 	@echo "make crds    regenerate crds/ from the pydantic API models"
 
 deps:
@@ -52,6 +53,9 @@ bench: venv
 # failure with FUZZ_ARGS=--hypothesis-seed=N.
 fuzz: venv
 	SHARDWISE_FUZZ=long $(PY) -m pytest -q -p no:cacheprovider tests/unit/fuzz $(FUZZ_ARGS)
+
+bench-scale: venv control-plane
+	$(PY) bench/scale.py
 
 demo: venv control-plane
 	$(PY) -m shardwise.devcluster.demo

@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+import prometheus_client
 from kubernetes import client, config
 from kubernetes.watch.watch import iter_resp_lines
 
 from shardwise import pricing
 from shardwise.api import v1alpha1 as api
+from shardwise.observe.operator_metrics import REGISTRY
 from shardwise.render.labels import FIELD_MANAGER
 
 if TYPE_CHECKING:
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
 
 ApiException = client.ApiException
 log = logging.getLogger(__name__)
+# Every request this process makes, by HTTP method (watches as WATCH): what the API server
+# pays for us, idle or converging (bench/scale.py reads it).
+API_REQUESTS = prometheus_client.Counter("shardwise_api_requests", "Requests sent to the Kubernetes API server.",
+                                         ["verb"], registry=REGISTRY)
 
 _PATHS = {
     ("v1", "Service"): "/api/v1/namespaces/{ns}/services",
@@ -61,6 +67,7 @@ class Kube:
 
     def request(self, method: str, path: str, *, query: dict[str, Any] | None = None, body: Any = None,
                 content_type: str = "application/json", timeout: float = 30.0) -> Any:
+        API_REQUESTS.labels(method).inc()
         method, url, headers, payload, _ = self._api.param_serialize(
             method=method, resource_path=path, query_params=list((query or {}).items()),
             header_params={"Content-Type": content_type, "Accept": "application/json"},
@@ -74,6 +81,7 @@ class Kube:
 
     def watch(self, path: str, query: dict[str, Any], timeout_s: float) -> Iterator[dict[str, Any]]:
         """The events of one watch request, parsed one line at a time (never the whole stream)."""
+        API_REQUESTS.labels("WATCH").inc()
         method, url, headers, _, _ = self._api.param_serialize(
             method="GET", resource_path=path, query_params=list({**query, "watch": "true"}.items()),
             header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])

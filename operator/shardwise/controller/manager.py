@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import prometheus_client
+import urllib3
 
 from shardwise.controller import autoscaling, health, modelcache, observing
 from shardwise.controller import reconcile as reconciling
@@ -214,12 +215,13 @@ class Manager:
         wait = retry_after(exc)  # HTTP 429/503: the server says when; never sooner than our backoff
         delay = max(wait, self.queue.backoff.when(key)) if wait is not None else self.queue.backoff.when(key)
         self.queue.add_after(key, delay)
-        # Bounded: the first failure of a streak says why (a traceback only for what is not an
-        # API answer: that is a bug), then one line per ten retries.
+        # Bounded: the first failure of a streak says why (a traceback only for what is neither an
+        # API answer nor a connection failure: that is a bug), then one line per ten retries.
         if failures == 0 or failures % 10 == 0:
+            api_side = isinstance(exc, (ApiException, urllib3.exceptions.HTTPError, OSError))
             detail = f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
             log.warning("reconcile of %s/%s failed (%d in a row): %s; retrying in %.1f s", *key, failures + 1,
-                        detail, delay, exc_info=failures == 0 and not isinstance(exc, ApiException))
+                        detail[:300], delay, exc_info=failures == 0 and not api_side)
 
     # -- the process -------------------------------------------------------------------------
     def start(self) -> None:
@@ -231,7 +233,7 @@ class Manager:
             "/readyz": health.readiness(self.synced.is_set, self.elector.state),
         }
         self.health_server = health.serve(self.settings.health_port, checks)
-        self.threads.append(self._thread(self._after_sync, "startup"))
+        self._thread(self._after_sync, "startup")  # one-shot: not among the threads liveness watches
 
     def _after_sync(self) -> None:
         if not wait_for_sync(self.caches.informers, self.stop):

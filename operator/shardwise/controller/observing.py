@@ -260,7 +260,10 @@ class Observer:
             tracked.last_write = now
         newly_failing = set(observed.errors) - tracked.failing
         tracked.failing = frozenset(observed.errors)
-        if newly_failing:
+        # One Warning per transition into failing, judged from the status, not from this
+        # process's memory: a restarted operator must not announce again what is already known.
+        was = conditions.find(current.get("conditions"), METRICS_AVAILABLE) or {}
+        if newly_failing and was.get("reason") != "ScrapeFailed":
             failed = "; ".join(observed.errors[p].message for p in sorted(newly_failing))
             events.emit(self.kube, infd, type_="Warning", reason="MetricsScrapeFailed",
                         message=f"{len(newly_failing)} serving pod(s) did not answer: {failed}", now=stamp)

@@ -1,0 +1,326 @@
+"""`make bench-scale`: the operator at scale on the real local control plane.
+
+Profile "converge" (N = 100 and 500 InferenceDeployments in 10 namespaces, 140 simulated 8-GPU
+nodes, a fresh cluster each): time from the start of the apply to all children, all pods ready
+and all Ready; reconciles, status writes and all writes per resource while converging; then one
+idle minute: API requests and writes per minute, operator CPU and RSS.
+
+Profile "big" (5,000 nodes, 50,000 pods, most of them not GPU pods; nothing runs them: the
+controller manager, scheduler and kwok are stopped so only the API server works): the operator's
+time from process start to synced caches, its resident and peak memory.
+
+The simulated pods serve no /metrics, so the observer's scrape interval is set to an hour: these
+figures are the control loop's, not the scraper's (bench_collector.py measures that).
+Nothing here is asserted; it prints figures to compare with the targets of issue 11.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import pathlib
+import ssl
+import sys
+import tempfile
+import time
+import urllib.request
+from typing import Any
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from shardwise.devcluster.cluster import LocalCluster  # noqa: E402
+from shardwise.devcluster.processes import Process, free_port  # noqa: E402
+
+OPERATOR_USER = "shardwise-operator"
+CRD = ROOT / "crds/inferencedeployments.shardwise.io.yaml"
+LABEL = "shardwise.io/inference-deployment"
+NAMESPACES = [f"scale-{i}" for i in range(10)]
+
+
+class Api:
+    """Plain HTTPS to the API server as the admin: the benchmark's own reads cost little."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.server, self.token = cluster.server, cluster.token
+        self.context = ssl.create_default_context()
+        self.context.check_hostname = False
+        self.context.verify_mode = ssl.CERT_NONE
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.server + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json", "Accept": "application/json"})
+        with urllib.request.urlopen(request, timeout=120, context=self.context) as response:
+            return json.loads(response.read())
+
+    def items(self, path: str) -> list[dict[str, Any]]:
+        out, token = [], ""
+        while True:
+            page = self.call("GET", f"{path}{'&' if '?' in path else '?'}limit=2000" + (f"&continue={token}" if token else ""))
+            out += page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return out
+
+
+class Operator:
+    def __init__(self, cluster: LocalCluster, log: pathlib.Path) -> None:
+        self.metrics_port = free_port()
+        argv = [sys.executable, "-m", "shardwise.cli", "run", "--health-port", str(free_port()),
+                "--metrics-port", str(self.metrics_port)]
+        self.process = Process("operator", argv, log, env={
+            "KUBECONFIG": str(cluster.user_kubeconfig(OPERATOR_USER)), "PYTHONUNBUFFERED": "1",
+            "POD_NAME": "bench-operator", "SHARDWISE_METRICS_INTERVAL_SECONDS": "3600"})
+
+    def start(self) -> "Operator":
+        self.started = time.monotonic()
+        self.process.start()
+        return self
+
+    def metrics(self) -> dict[str, float]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return {}
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def proc(self) -> dict[str, float]:
+        pid = self.process.popen.pid  # type: ignore[union-attr]
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        status = dict(line.split(":", 1) for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if ":" in line)
+        return {"cpu_s": (int(fields[11]) + int(fields[12])) / ticks,
+                "rss_mib": int(status["VmRSS"].split()[0]) / 1024, "hwm_mib": int(status["VmHWM"].split()[0]) / 1024}
+
+    def wait(self, predicate: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.process.alive():
+                raise RuntimeError(f"operator exited while waiting for {what}:\n{self.process.log_tail()}")
+            if predicate(self.metrics()):
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"{what}:\n{self.process.log_tail()}")
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def requests_by_method(metrics: dict[str, float]) -> dict[str, float]:
+    prefix = 'shardwise_api_requests_total{verb="'
+    return {k[len(prefix):-2]: v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def audit_writes(cluster: LocalCluster) -> list[dict[str, Any]]:
+    out = []
+    with cluster.audit_log.open() as lines:
+        for line in lines:
+            event = json.loads(line)
+            if event.get("user", {}).get("username") == OPERATOR_USER and event.get("stage") == "ResponseComplete" \
+                    and event.get("verb") in ("create", "update", "patch", "delete"):
+                out.append(event)
+    return out
+
+
+def topology_file(work: pathlib.Path, nodes: int) -> pathlib.Path:
+    groups = [{"namePrefix": "h100-", "count": nodes // 2,
+               "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "count": 8, "memoryMiB": 81559, "family": "hopper"},
+               "topology": {"interconnect": "nvswitch", "nvlinkDomainSize": 8, "nvlinkBandwidthGBps": 900}},
+              {"namePrefix": "l40s-", "count": nodes - nodes // 2,
+               "gpu": {"product": "NVIDIA-L40S", "count": 8, "memoryMiB": 46068, "family": "ada-lovelace"},
+               "topology": {"interconnect": "pcie", "nvlinkDomainSize": 1}}]
+    path = work / "topology.yaml"
+    path.write_text(yaml.safe_dump({"nodeGroups": groups}))
+    return path
+
+
+def manifest(name: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "shardwise.io/v1alpha1", "kind": "InferenceDeployment",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
+                     "serving": {"maxModelLen": 2048, "maxConcurrency": 8},
+                     "parallelism": {"objective": "Cost"}, "replicas": 1}}
+
+
+def converge(n: int, nodes: int) -> dict[str, Any]:
+    work = pathlib.Path(tempfile.mkdtemp(prefix=f"shardwise-scale-{n}-"))
+    cluster = LocalCluster(work)
+    operator = None
+    try:
+        cluster.start()
+        cluster.add_nodes(topology_file(work, nodes))
+        cluster.install_crd(CRD)
+        for ns in NAMESPACES:
+            cluster.kubectl("create", "namespace", ns)
+        api = Api(cluster)
+        operator = Operator(cluster, cluster.log_dir / "operator.log").start()
+        operator.wait(lambda m: m.get("shardwise_leader") == 1, 120, "operator leading")
+
+        docs = [manifest(f"m-{i:04d}", NAMESPACES[i % len(NAMESPACES)]) for i in range(n)]
+        path = work / "infds.yaml"
+        path.write_text(yaml.safe_dump_all(docs))
+        start = time.monotonic()
+        cluster.kubectl("create", "-f", str(path))
+        applied = time.monotonic() - start
+
+        first_pod_ready: dict[str, float] = {}
+        first_ready: dict[str, float] = {}
+        t_children = t_pods = t_ready = None
+        while t_ready is None or t_pods is None:
+            now = time.monotonic() - start
+            if time.monotonic() - start > 900:
+                raise TimeoutError(f"not converged in 900 s: {len(first_ready)} Ready, {len(first_pod_ready)} pods")
+            if t_children is None:
+                children = api.items(f"/apis/apps/v1/deployments?labelSelector={LABEL}")
+                if len(children) >= n:
+                    t_children = now
+            for pod in api.items(f"/api/v1/pods?labelSelector={LABEL}"):
+                owner = f"{pod['metadata']['namespace']}/{pod['metadata']['labels'][LABEL]}"
+                if any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or []):
+                    first_pod_ready.setdefault(owner, now)
+            for item in api.items("/apis/shardwise.io/v1alpha1/inferencedeployments"):
+                if (item.get("status") or {}).get("phase") == "Ready":
+                    first_ready.setdefault(f"{item['metadata']['namespace']}/{item['metadata']['name']}", now)
+            if t_pods is None and len(first_pod_ready) >= n:
+                t_pods = now
+            if t_ready is None and len(first_ready) >= n:
+                t_ready = now
+            time.sleep(1.0)
+        lag = sorted(first_ready[k] - first_pod_ready.get(k, first_ready[k]) for k in first_ready)
+
+        operator.wait(lambda m: m.get("shardwise_workqueue_depth") == 0, 120, "queue drained")
+        m = operator.metrics()
+        writes = audit_writes(cluster)
+        status_writes = [w for w in writes if w["objectRef"].get("resource") == "inferencedeployments"
+                         and w["objectRef"].get("subresource") == "status"]
+        converging = {"reconciles": m.get("shardwise_reconciles_total", 0),
+                      "status_writes": len(status_writes),
+                      "writes": len([w for w in writes if w["objectRef"].get("resource") != "leases"]),
+                      "requests": requests_by_method(m)}
+
+        time.sleep(15.0)  # let the last events settle before the idle minute
+        before_m, before_p, before_w = operator.metrics(), operator.proc(), audit_writes(cluster)
+        time.sleep(60.0)
+        after_m, after_p, after_w = operator.metrics(), operator.proc(), audit_writes(cluster)
+        idle_requests = {k: v - requests_by_method(before_m).get(k, 0) for k, v in requests_by_method(after_m).items()}
+        new_writes = after_w[len(before_w):]
+        return {
+            "n": n, "nodes": nodes, "apply_s": round(applied, 1),
+            "all_children_s": round(t_children or 0, 1), "all_pods_ready_s": round(t_pods, 1),
+            "all_ready_s": round(t_ready, 1),
+            "ready_after_pod_s_p50_max": [round(lag[len(lag) // 2], 1), round(lag[-1], 1)],
+            "reconciles_per_resource": round(converging["reconciles"] / n, 2),
+            "status_writes_per_resource": round(converging["status_writes"] / n, 2),
+            "writes_per_resource": round(converging["writes"] / n, 2),
+            "converging_requests": converging["requests"],
+            "idle_requests_per_min_excl_watch": round(sum(v for k, v in idle_requests.items() if k != "WATCH"), 1),
+            "idle_requests_by_method": idle_requests,
+            "idle_writes_per_min": len([w for w in new_writes if w["objectRef"].get("resource") != "leases"]),
+            "idle_lease_renewals_per_min": len([w for w in new_writes if w["objectRef"].get("resource") == "leases"]),
+            "idle_cpu_pct_of_one_core": round(100 * (after_p["cpu_s"] - before_p["cpu_s"]) / 60.0, 2),
+            "idle_rss_mib": round(after_p["rss_mib"], 1), "peak_rss_mib": round(after_p["hwm_mib"], 1),
+        }
+    finally:
+        if operator is not None:
+            operator.stop()
+        cluster.stop()
+
+
+def pod(i: int, node: str, gpu: bool) -> dict[str, Any]:
+    resources = {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1", "cpu": "1"}} if gpu \
+        else {"requests": {"cpu": "100m", "memory": "128Mi"}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"p-{i:05d}", "labels": {"app": f"app-{i % 500}", "tier": "batch", "team": f"t{i % 40}"},
+                         "annotations": {"example.com/owner": "someone@example.com"}},
+            "spec": {"nodeName": node, "containers": [{
+                "name": "main", "image": "registry.example.com/team/app:1.2.3", "args": ["--port=8080", "--verbose"],
+                "env": [{"name": f"VAR_{k}", "value": f"value-{k}"} for k in range(5)],
+                "ports": [{"containerPort": 8080, "name": "http"}], "resources": resources}]}}
+
+
+def big(nodes: int, pods: int, gpu_nodes: int, gpu_pods: int) -> dict[str, Any]:
+    work = pathlib.Path(tempfile.mkdtemp(prefix="shardwise-scale-big-"))
+    cluster = LocalCluster(work)
+    operator = None
+    try:
+        cluster.start()
+        for process in list(cluster.processes):  # nothing should run these pods: only the API server works
+            if process.name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+                process.stop()
+        cluster.install_crd(CRD)
+        api = Api(cluster)
+        for ns in ("big-0", "big-1", "big-2", "big-3"):
+            api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        gpu = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+               "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81559"}
+        ready = [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
+
+        def node(i: int) -> dict[str, Any]:
+            is_gpu = i < gpu_nodes
+            alloc = {"cpu": "64", "memory": "512Gi", "pods": "110", **({"nvidia.com/gpu": "8"} if is_gpu else {})}
+            return {"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": f"n-{i:05d}", "labels": {"kubernetes.io/hostname": f"n-{i:05d}",
+                                                                   **(gpu if is_gpu else {})}},
+                    "status": {"capacity": alloc, "allocatable": alloc, "conditions": ready}}
+
+        created = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda i: api.call("POST", "/api/v1/nodes", node(i)), range(nodes)))
+            every = max(1, pods // gpu_pods)
+
+            def create_pod(i: int) -> None:
+                is_gpu = i % every == 0 and i // every < gpu_pods
+                target = f"n-{(i // every) % gpu_nodes:05d}" if is_gpu else f"n-{gpu_nodes + i % (nodes - gpu_nodes):05d}"
+                api.call("POST", f"/api/v1/namespaces/big-{i % 4}/pods", pod(i, target, is_gpu))
+
+            list(pool.map(create_pod, range(pods)))
+        created_s = time.monotonic() - created
+
+        operator = Operator(cluster, cluster.log_dir / "operator.log").start()
+        operator.wait(lambda m: m.get("shardwise_caches_synced") == 1, 600, "caches synced")
+        synced_s = time.monotonic() - operator.started
+        time.sleep(10.0)
+        p = operator.proc()
+        return {"nodes": nodes, "pods": pods, "gpu_nodes": gpu_nodes, "gpu_pods": gpu_pods,
+                "objects_created_s": round(created_s, 1), "start_to_synced_s": round(synced_s, 1),
+                "rss_mib": round(p["rss_mib"], 1), "peak_rss_mib": round(p["hwm_mib"], 1),
+                "synced_log": next((line for line in operator.process.log_path.read_text().splitlines()
+                                    if "caches synced" in line), "")}
+    finally:
+        if operator is not None:
+            operator.stop()
+        cluster.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="100,500")
+    parser.add_argument("--gpu-nodes", type=int, default=140)
+    parser.add_argument("--big", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--big-nodes", type=int, default=5000)
+    parser.add_argument("--big-pods", type=int, default=50000)
+    args = parser.parse_args()
+    print(f"machine: {os.cpu_count()} cores, "
+          f"{int(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB")
+    for n in [int(s) for s in args.sizes.split(",") if s]:
+        print(json.dumps({"profile": "converge", **converge(n, args.gpu_nodes)}), flush=True)
+    if args.big:
+        print(json.dumps({"profile": "big", **big(args.big_nodes, args.big_pods, gpu_nodes=500,
+                                                  gpu_pods=args.big_pods // 10)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
