@@ -25,7 +25,8 @@ import pydantic
 
 from shardwise.api import v1alpha1 as api
 from shardwise.controller import cachestate
-from shardwise.controller.kube import ApiException, Kube, collection_path
+from shardwise.controller.kube import Kube, collection_path
+from shardwise.controller.quietlog import QuietLog
 from shardwise.controller.settings import Settings
 from shardwise.render import modelcache as mc
 
@@ -185,6 +186,7 @@ async def run_forever(kube: Kube, settings: Settings, request: Callable[[str, st
     # Collection lists claims cluster-wide: every 30 s at most, often enough for a grace period.
     collect_every = min(30.0, max(settings.model_cache_poll_seconds, settings.model_cache_grace_seconds / 4))
     last_collect = 0.0
+    quiet = QuietLog(log, "model cache loop")  # an API outage: one warning, not one per poll
     while True:
         await asyncio.sleep(settings.model_cache_poll_seconds)
         if not acting():
@@ -193,10 +195,10 @@ async def run_forever(kube: Kube, settings: Settings, request: Callable[[str, st
         collect, last_collect = (True, now) if now - last_collect >= collect_every else (False, last_collect)
         try:
             await asyncio.to_thread(_tick, kube, settings, request, collect, watched)
-        except ApiException as exc:
-            log.warning("model cache loop: %s", exc.reason)
-        except Exception:
-            log.exception("model cache loop failed")
+            quiet.success()
+        except Exception as exc:  # noqa: BLE001 - the next poll retries
+            log.debug("model cache loop failed", exc_info=exc)
+            quiet.failure(exc)
 
 
 def _tick(kube: Kube, settings: Settings, request: Callable[[str, str], None], collect: bool,
