@@ -47,12 +47,14 @@ def status_latency(summary: Summary) -> dict[str, Any]:
         "kvCacheUsage": summary.kv_cache_usage,
     }
     out: dict[str, Any] = {"window": _window(summary.window_seconds)}
-    out.update({k: _sig(v) for k, v in figures.items() if v is not None})
+    # A figure that is not a finite number is left out like a missing one: the status is JSON, and
+    # the aggregation already drops such values, so this only guards Summaries built elsewhere.
+    out.update({k: _sig(v) for k, v in figures.items() if v is not None and math.isfinite(v)})
     # Request gauges are whole numbers. Window counts are left out: they move every cycle
     # and the rates already say the same without forcing a write each time.
-    if summary.running is not None:
+    if summary.running is not None and math.isfinite(summary.running):
         out["running"] = round(summary.running)
-    if summary.waiting is not None:
+    if summary.waiting is not None and math.isfinite(summary.waiting):
         out["waiting"] = round(summary.waiting)
     return out
 

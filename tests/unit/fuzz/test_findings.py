@@ -3,6 +3,7 @@ there. Each failed (crashed, or broke its invariant) before the fix."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -143,6 +144,14 @@ def test_4_non_finite_gauges_are_missing_and_the_status_rounds(series: str, valu
     assert series not in sample.gauges and any(series in why for why in sample.ignored)
     summary = aggregate.summarize([], 300.0, [sample.gauges])
     json.dumps(status.status_latency(summary), allow_nan=False)  # round(inf) raised
+
+
+def test_4_the_status_leaves_out_a_non_finite_figure_however_it_got_there() -> None:
+    summary = aggregate.summarize([], 300.0, [])
+    broken = dataclasses.replace(summary, running=math.inf, waiting=math.nan, ttft_p95_ms=math.inf)
+    figures = status.status_latency(broken)  # round(inf) raised OverflowError
+    assert "running" not in figures and "waiting" not in figures and "ttftP95Ms" not in figures
+    json.dumps(figures, allow_nan=False)
 
 
 @pytest.mark.parametrize("field", ["waiting", "ttft_p95_ms", "kv_cache_usage"])
