@@ -270,3 +270,39 @@ def test_adding_a_token_to_a_gated_model_retries_and_only_the_downloader_sees_it
     assert any(e.get("name") == "HF_TOKEN" for e in job["spec"]["template"]["spec"]["containers"][0]["env"])
     serving = _items(kubectl, "deployments")[0]["spec"]["template"]["spec"]["containers"][0]
     assert not any(e.get("name") == "HF_TOKEN" for e in serving.get("env") or [])
+
+
+def test_a_new_revision_never_touches_the_running_workload_until_its_weights_are_verified(
+        cluster: LocalCluster, operator: OperatorProcess, kubectl: Kubectl, hub: HubThread,
+        storage: tuple[str, pathlib.Path], runner: LocalPodRunner, tmp_path: pathlib.Path) -> None:
+    storage_class, _ = storage
+    kubectl.apply_yaml(manifest("pinned", storage_class=storage_class, hub=hub.url))
+    ready = eventually(lambda: (st := _status(kubectl, "pinned")).get("phase") == "Ready" and st, timeout=240,
+                       what="the first revision served")
+    first_claim, commit = ready["modelCache"]["claim"], ready["modelCache"]["commit"]
+    template = _items(kubectl, "deployments")[0]["spec"]["template"]
+
+    # The spec asks for the commit by hash: a new cache, whose claim waits for a volume.
+    kubectl.apply_yaml(manifest("pinned", storage_class=storage_class, hub=hub.url,
+                                extra=f"    revision: {commit}"))
+    waiting = eventually(lambda: (st := _status(kubectl, "pinned")).get("modelCache", {}).get("claim") != first_claim
+                         and st, timeout=60, what="the new revision's cache")
+    assert waiting["phase"] == "Pending" and waiting["readyReplicas"] == 1, waiting["conditions"]
+    assert _items(kubectl, "deployments")[0]["spec"]["template"] == template, "the running workload changed"
+
+    folder = tmp_path / "volume-2"
+    folder.mkdir()
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{storage_class}-2"},
+        "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(folder)}}}))
+    try:
+        def moved() -> bool:
+            pod = _items(kubectl, "deployments")[0]["spec"]["template"]["spec"]
+            return any((v.get("persistentVolumeClaim") or {}).get("claimName") == waiting["modelCache"]["claim"]
+                       for v in pod["volumes"])
+
+        eventually(moved, timeout=240, what="the workload moved to the new revision's verified cache")
+        assert _status(kubectl, "pinned")["modelCache"]["commit"] == commit
+    finally:
+        cluster.kubectl("delete", "pv", f"{storage_class}-2", "--wait=false", check=False)

@@ -55,17 +55,24 @@ def _newest(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
 
 
-def _claim_trouble(claim_events: list[dict[str, Any]]) -> tuple[str, str] | None:
+def _claim_trouble(claim_events: list[dict[str, Any]]) -> tuple[str, str, str] | None:
+    """(phase, reason, message) from the newest binding or provisioning event of a Pending claim."""
     for event in reversed(claim_events):
         reason, message = event.get("reason") or "", (event.get("message") or "").strip()
-        if reason in ("ProvisioningFailed", "FailedBinding"):
-            lowered = message.lower()
-            # Wordings of the in-tree binder and of CSI drivers (EBS: "Volume capabilities
-            # MULTI_NODE_MULTI_WRITER not supported").
-            if any(w in lowered for w in ("access mode", "accessmode", "volume capabilit", "multi_node")):
-                return "AccessModeUnsupported", f"the storage cannot provide the access mode the cache asks for: {message}"
-            if reason == "ProvisioningFailed":
-                return "ClaimProvisioningFailed", message
+        if reason not in ("ProvisioningFailed", "FailedBinding"):
+            continue
+        lowered = message.lower()
+        # Wordings of the in-tree binder and of CSI drivers (EBS: "Volume capabilities
+        # MULTI_NODE_MULTI_WRITER not supported").
+        if any(w in lowered for w in ("access mode", "accessmode", "volume capabilit", "multi_node")):
+            return ("Failed", "AccessModeUnsupported",
+                    f"the storage cannot provide the access mode the cache asks for: {message}")
+        if "kubernetes.io/no-provisioner" in message:
+            # Statically provisioned storage: an administrator creates the volume; not a failure.
+            return ("Pending", "WaitingForVolume", "the storage class provisions nothing itself: waiting for an "
+                                                   "administrator to create a matching PersistentVolume")
+        if reason == "ProvisioningFailed":
+            return "Failed", "ClaimProvisioningFailed", message
     return None
 
 
@@ -95,7 +102,7 @@ def view(ref: mc.CacheRef, *, claim: dict[str, Any] | None, storage_class_found:
         return CacheView("Pending", "CreatingCache", f"creating cache claim {ref.claim}")
     trouble = _claim_trouble(claim_events)
     if (claim.get("status") or {}).get("phase") != "Bound" and trouble:
-        return CacheView("Failed", *trouble)
+        return CacheView(*trouble)
     outcomes = [m for m in (termination_message(p) for p in _newest(pods)) if m]
     if _job_condition(job, "Complete") or _job_condition(job, "SuccessCriteriaMet"):
         done = next((m for m in outcomes if m.get("state") == "Complete"), None)

@@ -28,6 +28,7 @@ from shardwise.controller import cachestate
 from shardwise.controller.kube import Kube, collection_path
 from shardwise.controller.quietlog import QuietLog
 from shardwise.controller.settings import Settings
+from shardwise.render import children
 from shardwise.render import modelcache as mc
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,20 @@ def ensure(kube: Kube, settings: Settings, namespace: str, spec: api.InferenceDe
         log.info("%s: downloader inputs changed; replacing failed Job %s", namespace, ref.job)
         state = cachestate.CacheView("Downloading", "DownloaderStarting", f"retrying the download of {ref.model}")
     return ref, state
+
+
+def existing_workload(kube: Kube, owner: children.Owner) -> dict[str, Any] | None:
+    """The serving workload this deployment already runs, whichever kind, if any."""
+    for api_version, kind, name in children.workload_candidates(owner.name):
+        try:
+            found = kube.get(api_version, kind, owner.namespace, name)
+        except ApiException as exc:
+            if exc.status == 404:  # the kind is not installed (no LeaderWorkerSet CRD)
+                continue
+            raise
+        if found is not None:
+            return found
+    return None
 
 
 def _record_ready(kube: Kube, namespace: str, ref: mc.CacheRef, state: cachestate.CacheView) -> None:

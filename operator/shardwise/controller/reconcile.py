@@ -98,7 +98,11 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
                 applied.append(f"{obj['kind']}/{obj['metadata']['name']}")
             if obj["kind"] in ("Deployment", "LeaderWorkerSet"):
                 workload = live
-    if workload is not None and progress.workload_ready(workload, progress.desired_replicas(spec, status)):
+    if cache is not None and not cache.ready:
+        # A new revision's weights are on their way: the running workload stays as it was (and
+        # its counts stay on the status) until they are verified.
+        workload = modelcache.existing_workload(kube, owner)
+    elif workload is not None and progress.workload_ready(workload, progress.desired_replicas(spec, status)):
         applied += _remove_replaced_workload(kube, owner, workload)
     if applied:
         log.info("%s/%s: applied %s", namespace, name, ", ".join(applied))

@@ -106,3 +106,12 @@ def test_events_for_start_and_completion() -> None:
     assert [e[1] for e in cachestate.cache_events({}, down)] == ["DownloadStarted"]
     assert [e[1] for e in cachestate.cache_events(down, ready)] == ["WeightsCached"]
     assert cachestate.cache_events(ready, ready) == []
+
+
+def test_statically_provisioned_storage_waits_for_a_volume_instead_of_failing() -> None:
+    events = [{"reason": "ProvisioningFailed", "message": "no volume plugin matched name: kubernetes.io/no-provisioner"}]
+    v = view(claim={"metadata": {}, "status": {"phase": "Pending"}}, claim_events=events)
+    assert (v.phase, v.reason) == ("Pending", "WaitingForVolume")
+    broken = [{"reason": "ProvisioningFailed", "message": "quota exceeded"}]
+    v = view(claim={"metadata": {}, "status": {"phase": "Pending"}}, claim_events=broken)
+    assert (v.phase, v.reason, v.message) == ("Failed", "ClaimProvisioningFailed", "quota exceeded")
