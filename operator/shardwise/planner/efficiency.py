@@ -17,6 +17,9 @@ from importlib import resources
 import yaml
 
 
+MIN_BAND_CASES = 5
+
+
 @dataclass(frozen=True)
 class FamilyEfficiency:
     """Share of the datasheet peak an engine reaches on one GPU family."""
@@ -56,9 +59,16 @@ class Efficiency:
     def family(self, name: str) -> FamilyEfficiency:
         return self.families.get(name) or self.families["default"]
 
+    def band_family(self, family: str) -> str:
+        """The family whose bands describe `family`: its own when every metric it has rests on
+        enough cases, else "all" (one or two cases say little about the next prediction)."""
+        own = self.bands.get(family) or {}
+        if own and all(b.cases >= MIN_BAND_CASES for b in own.values()):
+            return family
+        return "all"
+
     def band(self, family: str, metric: str) -> ErrorBand | None:
-        by_metric = self.bands.get(family) or self.bands.get("all") or {}
-        return by_metric.get(metric)
+        return (self.bands.get(self.band_family(family)) or {}).get(metric)
 
 
 def from_mapping(raw: dict[str, object]) -> Efficiency:

@@ -333,7 +333,7 @@ def _to_plan(
             per_million_output_tokens_usd=candidate.per_million_usd,
             price_source=candidate.price_source,
             error_band=bands,
-            gpu_family=family if fitted.bands.get(family) else "all",
+            gpu_family=fitted.band_family(family),
             saturated=pred.saturated,
             correction=candidate.correction,
             idle_itl_ms=_idle_itl_ms(request, candidate),

@@ -49,3 +49,11 @@ def test_error_bands_in_efficiency_yaml_match_the_data(cases: list[calibrate.Cas
         median, p90 = calibrate.band([e for e in errs if e.metric == metric])
         assert band.median_log2 == pytest.approx(median, abs=0.002)
         assert band.p90_log2 == pytest.approx(p90, abs=0.002)
+
+
+def test_error_band_falls_back_to_all_families_without_enough_cases() -> None:
+    eff = efficiency.fitted()
+    assert eff.band_family("hopper") == "hopper"
+    assert eff.band_family("ampere") == "all"  # one A100 case in the data set
+    assert eff.band_family("blackwell") == "all"
+    assert eff.band("ampere", "itlMs") == eff.band("all", "itlMs")
