@@ -153,12 +153,6 @@ def _spec_gpu_request(spec: Mapping[str, Any]) -> int:
     return max(main, max((_request(c) for c in init_containers), default=0))
 
 
-def _text_or_none(value: Any) -> str | None:
-    if not value:
-        return None
-    return value if type(value) is str else str(value)
-
-
 def _object(value: Any) -> Mapping[str, Any]:
     """`value` when it is an object, else an empty one: an offline file may hold anything."""
     return value if type(value) is dict or isinstance(value, Mapping) else {}
@@ -199,7 +193,9 @@ def _topology(
     return interconnect, domain, nvlink_gbps or _FALLBACK_NVLINK_GBPS, True
 
 
-def _taints_from(taints: Iterable[Mapping[str, Any]]) -> tuple[placement.Taint, ...]:
+def _taints_from(taints: Any) -> tuple[placement.Taint, ...]:
+    if not isinstance(taints, list):  # an offline file may hold anything here
+        return ()
     return tuple(
         sorted(
             (
@@ -207,6 +203,7 @@ def _taints_from(taints: Iterable[Mapping[str, Any]]) -> tuple[placement.Taint, 
                     str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", ""))
                 )
                 for t in taints
+                if isinstance(t, Mapping)
             ),
             key=lambda t: (t.key, t.value, t.effect),
         )
@@ -316,12 +313,21 @@ def inventory_from_nodes(
     set_attribute = object.__setattr__
     non_gpu = 0
     for node in nodes:
-        metadata = _object(node.get("metadata"))
-        labels: Mapping[str, str] = _object(metadata.get("labels"))
-        status = _object(node.get("status"))
+        # `type(x) is dict` first: the API's objects always are, and this loop runs per node.
+        metadata = node.get("metadata")
+        if type(metadata) is not dict:
+            metadata = _object(metadata)
+        labels: Mapping[str, str] = metadata.get("labels") or {}
+        if type(labels) is not dict:
+            labels = _object(labels)
+        status = node.get("status")
+        if type(status) is not dict:
+            status = _object(status)
         label = labels.get
-        allocatable_value = _object(status.get("allocatable")).get(GPU_RESOURCE)
-        capacity_value = _object(status.get("capacity")).get(GPU_RESOURCE)
+        allocatable = status.get("allocatable")
+        allocatable_value = (allocatable if type(allocatable) is dict else _object(allocatable)).get(GPU_RESOURCE)
+        capacity = status.get("capacity")
+        capacity_value = (capacity if type(capacity) is dict else _object(capacity)).get(GPU_RESOURCE)
         key = (
             label(_PRODUCT),
             label(_COUNT),
@@ -345,11 +351,10 @@ def inventory_from_nodes(
             non_gpu += 1
             continue
 
-        spec = _object(node.get("spec"))
+        spec = node.get("spec")
+        if type(spec) is not dict:
+            spec = _object(spec)
         raw_taints = spec.get("taints") or []
-        if type(raw_taints) is not list or not all(isinstance(t, Mapping) for t in raw_taints):
-            raw_taints = [t for t in raw_taints if isinstance(t, Mapping)] if isinstance(
-                raw_taints, list) else []
         if raw_taints:
             try:
                 if type(raw_taints) is list and len(raw_taints) == 1:  # the usual case
@@ -362,7 +367,7 @@ def inventory_from_nodes(
                         (t.get("key", ""), t.get("value"), t.get("effect", "")) for t in raw_taints
                     )
                 taints = taint_sets.get(taint_key)
-            except TypeError:  # an unhashable value: parse this node's taints, remember nothing
+            except (TypeError, AttributeError):  # unhashable or malformed: parse, remember nothing
                 taint_key, taints = (), None
             if taints is None:
                 taints = _taints_from(raw_taints)
@@ -387,6 +392,7 @@ def inventory_from_nodes(
         # dataclass's __init__ leaves it (its fields in the instance dict), without that __init__'s
         # object.__setattr__ call per field: a third of the build time on 10,000 nodes.
         # test_planner_inventory_build.py holds them to constructed ones.
+        clique = label(_CLIQUE) or None
         state = new(NodeState)
         set_attribute(
             state,
@@ -395,7 +401,7 @@ def inventory_from_nodes(
                 "name": name,
                 "labels": labels,
                 "free_gpus": 0 if blocked else max(0, kind.most_free - used_get(name, 0)),
-                "clique": _text_or_none(label(_CLIQUE)),
+                "clique": clique if clique is None or type(clique) is str else str(clique),
                 "blocked": blocked,
             },
         )
