@@ -115,3 +115,14 @@ def test_statically_provisioned_storage_waits_for_a_volume_instead_of_failing() 
     broken = [{"reason": "ProvisioningFailed", "message": "quota exceeded"}]
     v = view(claim={"metadata": {}, "status": {"phase": "Pending"}}, claim_events=broken)
     assert (v.phase, v.reason, v.message) == ("Failed", "ClaimProvisioningFailed", "quota exceeded")
+
+
+def test_a_prefilled_claim_is_used_as_it_is_once_bound() -> None:
+    ref = mc.resolve(InferenceDeploymentSpec.model_validate(
+        {"model": {"name": "org/model", "cache": {"mode": "PVC", "claimName": "mine", "path": "/llama/"}}}))
+    assert (ref.claim, ref.model_path, ref.job) == ("mine", "/model-cache/llama", None)
+    common = {"storage_class_found": None, "claim_events": [], "job": None, "pods": [], "scraped": None}
+    assert cachestate.view(ref, claim=None, **common).reason == "ClaimNotFound"
+    assert cachestate.view(ref, claim={"status": {"phase": "Pending"}}, **common).phase == "Pending"
+    ready = cachestate.view(ref, claim={"status": {"phase": "Bound"}}, **common)
+    assert ready.ready and ready.reason == "PrefilledClaim"
