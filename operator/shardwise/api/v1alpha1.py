@@ -222,6 +222,14 @@ class ServingSpec(_Model):
         "from the spec or the plan (model, dtype, quantization, host, port, parallel sizes, context length, "
         "memory fraction, served name, max sequences) may not appear here in any spelling.",
     )
+    modelLoadMiBps: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Rate (MiB/s) at which a serving pod is assumed to download and load the weights; sizes "
+        "the startup probe so a large model is not restarted while loading (default 250; raise it for a "
+        "local model cache).",
+    )
 
     model_config = ConfigDict(
         json_schema_extra=_rules(

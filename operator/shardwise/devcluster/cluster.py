@@ -4,7 +4,8 @@ Authentication is a static admin token (group system:masters); authorization is 
 Helm chart's RBAC can be checked by impersonating its ServiceAccount. kwok plays the kubelet of
 every node annotated `kwok.x-k8s.io/node: fake` and gives pods IPs in a loopback /16 picked at
 random per cluster (127.N.0.0/16), so a simulated vLLM engine can listen on a pod's own IP and two
-clusters on one machine (parallel test runs) seldom share pod IPs. `stop()` ends every process,
+clusters on one machine (parallel test runs) seldom share pod IPs. kwok's pod stages are its own
+except where kwok-pod-stages.yaml says (model downloaders, real-engine pods). `stop()` ends every process,
 also after a failure.
 """
 

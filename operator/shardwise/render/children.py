@@ -2,8 +2,8 @@
 
 A replica that fits on one node is a pod of a Deployment; one that spans nodes is a pod group of
 a LeaderWorkerSet (`leaderworkerset`). `render` returns the objects in the order they should be
-applied. Probes are sized for model loads that take many minutes: the startup probe allows 30
-minutes before liveness takes over.
+applied. Probes are sized from the model's weights (`probes`): the startup probe allows as long as
+the weights need to load before liveness takes over.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from shardwise.api import names
 from shardwise.api.v1alpha1 import GROUP, KIND, VERSION, InferenceDeploymentSpec
 from shardwise.planner import models
-from shardwise.render import labels, leaderworkerset, modelcache
+from shardwise.render import labels, leaderworkerset, modelcache, probes
 from shardwise.render.vllm_args import VLLM_PORT, build_serve_args
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -48,11 +48,6 @@ def object_metadata(owner: Owner, name: str) -> dict[str, Any]:
         "labels": labels.common_labels(owner.name),
         "ownerReferences": [owner.reference()],
     }
-
-
-def _probe(period: int, failures: int) -> dict[str, Any]:
-    return {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": period,
-            "timeoutSeconds": 5, "failureThreshold": failures}
 
 
 def _affinity(plan: dict[str, Any]) -> dict[str, Any] | None:
@@ -104,9 +99,8 @@ def build_pod_spec(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, 
             "env": _env(spec),
             "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
             "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-            "startupProbe": _probe(period=10, failures=180),
-            "readinessProbe": _probe(period=5, failures=3),
-            "livenessProbe": _probe(period=10, failures=6),
+            # Sized from the plan's weights (render/probes.py): a 405B must not die loading.
+            **probes.probes(plan, spec.serving.modelLoadMiBps),
         }],
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}],
         "terminationGracePeriodSeconds": 60,

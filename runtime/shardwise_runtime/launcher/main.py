@@ -24,11 +24,17 @@ at least --min-shm-mib (default 1024) when the pod runs more than one GPU worker
 multi-node group (`rendezvous`, port --rendezvous-port, default 29400, leader to workers).
 `--dry-run` prints the plan as JSON (env, argv, rendezvous, checks) and exits 0 without checks.
 
+A single-node launch execs vLLM. A multi-node launch runs vLLM as a child and watches the other
+nodes of its group over the rendezvous connections (`supervise`): when any rank's launcher goes
+away, it stops vLLM and exits 68, so the leader turns NotReady within seconds instead of
+answering /health for minutes while requests hang.
+
 Exit codes (the launcher's own; once vLLM runs, its exit code is the container's):
   64  usage: arguments or LWS environment inconsistent (message says what to fix)
   65  the local model path does not exist
   66  /dev/shm too small for NCCL (mount an emptyDir with medium: Memory at /dev/shm)
   67  the group did not form in --group-timeout (a worker never joined, or the leader never answered)
+  68  a node of the running group was lost (its launcher exited or stopped answering)
   127 the vllm executable is not on PATH
 """
 
@@ -39,11 +45,12 @@ import dataclasses
 import json
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Mapping
 from typing import NoReturn
 
-from shardwise_runtime.launcher import rendezvous, spec
+from shardwise_runtime.launcher import rendezvous, spec, supervise
 
 EXIT_USAGE = 64
 EXIT_MODEL_MISSING = 65
@@ -123,22 +130,27 @@ def dev_shm_bytes() -> int:
     return stat.f_blocks * stat.f_frsize
 
 
-def form_group(group: spec.Rendezvous) -> None:
+Peers = dict[int, socket.socket]
+
+
+def form_group(group: spec.Rendezvous, bind: str = "") -> Peers:
+    """The open connections to the other nodes, by node rank (the leader's, for a worker)."""
     if group.role is spec.Role.LEADER:
         log.info("waiting for %d workers on port %d (up to %gs)", group.nodes - 1, group.port,
                  group.timeout_s)
-        rendezvous.wait_for_workers(rendezvous.listen(group.port), group.nodes, group.timeout_s)
-    else:
-        log.info("joining leader %s:%d as node rank %d", group.leader_address, group.port,
-                 group.node_rank)
-        rendezvous.join_leader(group.leader_address, group.port, group.node_rank,
-                               group.timeout_s)
+        return rendezvous.wait_for_workers(rendezvous.listen(group.port, bind), group.nodes,
+                                           group.timeout_s)
+    log.info("joining leader %s:%d as node rank %d", group.leader_address, group.port,
+             group.node_rank)
+    return {0: rendezvous.join_leader(group.leader_address, group.port, group.node_rank,
+                                      group.timeout_s)}
 
 
 def launch(argv: list[str], env: Mapping[str, str], out: Callable[[str], object] = print,
            shm_bytes: Callable[[], int] = dev_shm_bytes,
-           group: Callable[[spec.Rendezvous], None] = form_group,
-           execvpe: Callable[[str, list[str], dict[str, str]], object] = os.execvpe) -> int:
+           group: Callable[[spec.Rendezvous], Peers | None] | None = None,
+           execvpe: Callable[[str, list[str], dict[str, str]], object] = os.execvpe,
+           run_group: Callable[[list[str], dict[str, str], Peers], int] = supervise.run_group) -> int:
     """Everything but the process-wide setup; returns an exit code when it does not exec."""
     try:
         inputs, dry_run = parse_args(argv)
@@ -157,12 +169,25 @@ def launch(argv: list[str], env: Mapping[str, str], out: Callable[[str], object]
     if (problem := check_shm(plan, shm_bytes)) is not None:
         log.error("%s", problem)
         return EXIT_SHM_TOO_SMALL
+    peers: Peers | None = None
     if plan.rendezvous is not None:
+        if group is None:
+            # In a pod the pod IP is the one address peers can reach; binding only it lets
+            # several groups share one machine (the local fleet).
+            bind = env.get("POD_IP", "")
+            group = lambda g: form_group(g, bind)  # noqa: E731
         try:
-            group(plan.rendezvous)
+            peers = group(plan.rendezvous)
         except rendezvous.GroupTimeout as error:
             log.error("%s", error)
             return EXIT_GROUP_TIMEOUT
+    if peers:
+        log.info("run %s, watching the group", " ".join(plan.argv))
+        try:
+            return run_group(plan.argv, {**env, **plan.env}, peers)
+        except FileNotFoundError:
+            log.error("%s is not on PATH: is this the vLLM image?", plan.argv[0])
+            return EXIT_NO_VLLM
     log.info("exec %s", " ".join(plan.argv))
     try:
         execvpe(plan.argv[0], plan.argv, {**env, **plan.env})

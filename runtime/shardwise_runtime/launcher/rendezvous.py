@@ -7,6 +7,8 @@ nobody. The launcher runs a tiny TCP exchange first: each worker connects to the
 execs vLLM. A leader that waits longer than the group timeout fails with
 "worker never joined: 1 of 2 nodes after 600s (missing node ranks: 1)"; a worker whose leader
 never answers fails the same way, and LeaderWorkerSet recreates the group.
+
+Once formed, the connections stay open: `supervise` uses them as the group's heartbeat channel.
 """
 
 from __future__ import annotations
@@ -25,16 +27,21 @@ class GroupTimeout(Exception):
     """The group did not form in time; the text says who was missing."""
 
 
-def listen(port: int) -> socket.socket:
-    """The leader's rendezvous socket (port 0 picks a free port, for tests)."""
-    return socket.create_server(("", port), family=socket.AF_INET, reuse_port=False)
+def listen(port: int, host: str = "") -> socket.socket:
+    """The leader's rendezvous socket (port 0 picks a free port, for tests); `host` "" is every
+    address, a pod IP binds only that one."""
+    return socket.create_server((host, port), family=socket.AF_INET, reuse_port=False)
 
 
 def wait_for_workers(server: socket.socket, nodes: int, timeout_s: float,
-                     clock: Callable[[], float] = time.monotonic) -> None:
-    """Leader: wait until ranks 1..nodes-1 have joined, then release them all."""
+                     clock: Callable[[], float] = time.monotonic) -> dict[int, socket.socket]:
+    """Leader: wait until ranks 1..nodes-1 have joined, then release them all.
+
+    Returns the open connection of every worker that was told `go`, by node rank.
+    """
     deadline = clock() + timeout_s
     joined: dict[int, socket.socket] = {}
+    released: dict[int, socket.socket] = {}
     try:
         while len(joined) < nodes - 1:
             remaining = deadline - clock()
@@ -62,31 +69,41 @@ def wait_for_workers(server: socket.socket, nodes: int, timeout_s: float,
         for rank, conn in joined.items():
             try:
                 conn.sendall(b"go\n")
+                released[rank] = conn
             except OSError as error:
                 # That worker left after joining; its vLLM rank will be missing and vLLM's own
                 # timeout ends the group, which LeaderWorkerSet then recreates.
                 log.warning("node rank %d left after joining: %s", rank, error)
+        return released
     finally:
-        for conn in joined.values():
-            conn.close()
+        for rank, conn in joined.items():
+            if rank not in released:
+                conn.close()
         server.close()
 
 
 def join_leader(address: str, port: int, rank: int, timeout_s: float,
                 clock: Callable[[], float] = time.monotonic,
-                sleep: Callable[[float], object] = time.sleep, retry_s: float = 2.0) -> None:
-    """Worker: join the leader's group and wait for its `go`."""
+                sleep: Callable[[float], object] = time.sleep,
+                retry_s: float = 2.0) -> socket.socket:
+    """Worker: join the leader's group and wait for its `go`; returns the open connection."""
     deadline = clock() + timeout_s
     last_error = "no answer"
     while (remaining := deadline - clock()) > 0:
         try:
             # The leader's name resolves and accepts only once its pod runs: retry until then.
-            with socket.create_connection((address, port), timeout=min(remaining, 5.0)) as conn:
+            conn = socket.create_connection((address, port), timeout=min(remaining, 5.0))
+            try:
                 conn.sendall(f"join {rank}\n".encode())
                 conn.settimeout(max(deadline - clock(), 0.001))
-                if _read_line(conn) == "go":
-                    return
-                last_error = "the leader closed the connection"
+                if _read_line(conn).split("\n")[0].strip() == "go":
+                    conn.settimeout(None)
+                    return conn
+            except BaseException:
+                conn.close()
+                raise
+            conn.close()
+            last_error = "the leader closed the connection"
         except OSError as error:
             last_error = str(error) or type(error).__name__
         sleep(min(retry_s, max(deadline - clock(), 0)))

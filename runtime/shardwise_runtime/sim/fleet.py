@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import pathlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,7 +25,7 @@ from typing import Any
 from aiohttp import web
 from kubernetes import client, config, watch
 
-from shardwise_runtime.sim import app, pods
+from shardwise_runtime.sim import app, loopback, pods, real, real_runner
 from shardwise_runtime.sim.config import EngineConfig
 from shardwise_runtime.sim.engine import Engine
 
@@ -130,13 +133,82 @@ def apply_event(known: dict[str, dict[str, Any]], event: PodEvent) -> None:
 
 
 def desired_engines(known: Mapping[str, Mapping[str, Any]]) -> dict[str, EngineConfig]:
-    """Pod key -> engine config for every known pod that should have an engine."""
-    configs = {key: pods.engine_config_from_pod(pod) for key, pod in known.items()}
+    """Pod key -> engine config for every known pod that should have a simulated engine.
+
+    Pods that ask for the real engine (`real.wants_real_engine`) never get a simulated one.
+    """
+    configs = {key: pods.engine_config_from_pod(pod) for key, pod in known.items()
+               if not real.wants_real_engine(pod)}
     return {key: engine_config for key, engine_config in configs.items() if engine_config}
 
 
-async def run_fleet(kubeconfig: str, namespace: str) -> None:
-    """Serve an engine for every serving pod until cancelled."""
+def _group(pod: Mapping[str, Any]) -> str | None:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    key = labels.get(pods.GROUP_KEY_LABEL)
+    return f"{(pod.get('metadata') or {}).get('namespace', '')}/{key}" if key else None
+
+
+def desired_real_engines(known: Mapping[str, Mapping[str, Any]], install: real.Install, *,
+                         base_env: Mapping[str, str], cpus: int,
+                         master_port: Callable[[str], int]) -> dict[str, real.RealLaunch]:
+    """Pod key -> real-engine process for every running pod that asks for one.
+
+    Pods of one multi-node group (the LWS group-key label) share the leader's pod IP and one
+    `master_port(group)`; a pod being deleted gets none (its process is stopped).
+    """
+    leaders = {_group(pod): (pod.get("status") or {}).get("podIP") for pod in known.values()
+               if _group(pod) and ((pod.get("metadata") or {}).get("labels") or {}).get(
+                   pods.WORKER_INDEX_LABEL) == "0"}
+    out = {}
+    for key, pod in known.items():
+        if not real.wants_real_engine(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        group = _group(pod)
+        launch = real.real_launch(pod, install, base_env=base_env, cpus=cpus,
+                                  master_port=master_port(group) if group else None,
+                                  leader_ip=leaders.get(group) if group else None)
+        if launch is not None:
+            out[key] = launch
+    return out
+
+
+def _pod_status_reporter(api: client.CoreV1Api, known: Mapping[str, Mapping[str, Any]]) -> real_runner.Report:
+    """Writes a real-engine pod's readiness as the kubelet would (Ready, ContainersReady, restarts)."""
+
+    async def report(key: str, ready: bool, restarts: int, reason: str) -> None:
+        pod = known.get(key)
+        if pod is None:
+            return
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        state = "True" if ready else "False"
+        names = [c["name"] for c in (pod.get("spec") or {}).get("containers") or []]
+        body = {"status": {
+            "conditions": [{"type": kind, "status": state, "reason": reason, "lastTransitionTime": now}
+                           for kind in ("Ready", "ContainersReady")],
+            "containerStatuses": [{"name": name, "ready": ready, "restartCount": restarts,
+                                   "started": True, "image": real.LOCAL_VLLM_CPU_IMAGE, "imageID": "",
+                                   "state": {"running": {"startedAt": now}}} for name in names],
+        }}
+        namespace, name = key.split("/", 1)
+        await asyncio.to_thread(api.patch_namespaced_pod_status, name, namespace, body)
+
+    return report
+
+
+def _real_install(home: pathlib.Path | None) -> real.Install | None:
+    if home is None:
+        return None
+    launcher = pathlib.Path(sys.executable).parent / "shardwise-launch"
+    return real.Install(home=home, launcher=str(launcher))
+
+
+async def run_fleet(kubeconfig: str, namespace: str, *, real_home: pathlib.Path | None = None,
+                    log_dir: pathlib.Path | None = None) -> None:
+    """Serve an engine for every serving pod until cancelled.
+
+    Pods that ask for the real engine get a real vLLM process from `real_home` (the folder
+    hack/install-vllm.sh prints); its logs go to `log_dir`.
+    """
     kube = config.new_client_from_config(kubeconfig)  # type: ignore[no-untyped-call]
     api = client.CoreV1Api(kube)
     loop = asyncio.get_running_loop()
@@ -149,11 +221,28 @@ async def run_fleet(kubeconfig: str, namespace: str) -> None:
     ).start()
     fleet = Fleet()
     known: dict[str, dict[str, Any]] = {}
+    install = _real_install(real_home)
+    engines = real_runner.RealEngines(log_dir or pathlib.Path("."), _pod_status_reporter(api, known))
+    group_ports: dict[str, int] = {}
+    warned: set[str] = set()
+
+    def master_port(group: str) -> int:
+        return group_ports.setdefault(group, loopback.free_port())
+
     try:
         while True:
             apply_event(known, await events.get())
             while not events.empty():  # fold a burst of events into one apply
                 apply_event(known, events.get_nowait())
             await fleet.apply(desired_engines(known))
+            if install is not None:
+                await engines.apply(desired_real_engines(
+                    known, install, base_env=os.environ, cpus=os.cpu_count() or 1, master_port=master_port))
+            else:
+                for key in sorted(k for k, p in known.items() if real.wants_real_engine(p)):
+                    if key not in warned:
+                        warned.add(key)
+                        log.warning("%s asks for the real engine, but the fleet has no --real-engine-home", key)
     finally:
+        await engines.close()
         await fleet.close()

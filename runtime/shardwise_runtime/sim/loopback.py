@@ -7,6 +7,7 @@ The simulator exists for GPU-less tests and demos; binding or sending anywhere b
 from __future__ import annotations
 
 import ipaddress
+import socket
 import urllib.parse
 
 
@@ -31,3 +32,10 @@ def require_loopback_url(url: str) -> str:
             "talks to 127.0.0.0/8 and ::1"
         )
     return url
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (the OS picks it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

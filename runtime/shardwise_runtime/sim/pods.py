@@ -23,6 +23,7 @@ from shardwise_runtime.sim.config import VLLM_PORT, EngineConfig
 
 INFERENCE_LABEL = "shardwise.io/inference-deployment"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 MAX_CONCURRENCY_ANNOTATION = "shardwise.io/max-concurrency"
 PARAMETERS_ANNOTATION = "shardwise.io/model-parameters"
 SLOWDOWN_ANNOTATION = "shardwise.io/sim-slowdown"

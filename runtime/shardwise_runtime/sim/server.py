@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import pathlib
+import signal
 import dataclasses
 import json
 import logging
@@ -67,6 +69,16 @@ def _parser() -> argparse.ArgumentParser:
     fleet = commands.add_parser("fleet", help="serve an engine on every serving pod's loopback IP")
     fleet.add_argument("--kubeconfig", required=True)
     fleet.add_argument("--namespace", default="all", help="a namespace, or `all` (default)")
+    fleet.add_argument(
+        "--real-engine-home",
+        type=pathlib.Path,
+        default=None,
+        help="the folder hack/install-vllm.sh prints: pods whose image is "
+        "shardwise.local/vllm-cpu:0.32.0 run the real vLLM from there",
+    )
+    fleet.add_argument(
+        "--log-dir", type=pathlib.Path, default=pathlib.Path("."), help="real engines' logs"
+    )
 
     hub = commands.add_parser("hub", help="a local Hugging Face hub serving repositories from a folder")
     hub.add_argument("--root", required=True, help="folder holding <org>/<name>/ repositories")
@@ -134,8 +146,18 @@ def _fleet(args: argparse.Namespace) -> int:
     # Imported here: the Kubernetes client is slow to import and only this command needs it.
     from shardwise_runtime.sim import fleet
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(fleet.run_fleet(args.kubeconfig, args.namespace))
+    async def until_signalled() -> None:
+        # SIGTERM must reach the `finally` that stops real-engine processes (own sessions).
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)  # type: ignore[union-attr]
+        with contextlib.suppress(asyncio.CancelledError):
+            await fleet.run_fleet(
+                args.kubeconfig, args.namespace, real_home=args.real_engine_home, log_dir=args.log_dir
+            )
+
+    asyncio.run(until_signalled())
     return 0
 
 

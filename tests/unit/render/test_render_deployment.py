@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from render_builders import H100, OWNER, help_flags, plan, spec
-from shardwise.render import children, labels
+from shardwise.render import children, labels, probes
 from shardwise_runtime import vllm_flags
 
 
@@ -71,13 +71,13 @@ def test_gpu_limit_and_request_are_the_gpus_per_node(per_node: int) -> None:
                          "requests": {"nvidia.com/gpu": str(per_node)}}
 
 
-def test_probes_hit_health_and_give_a_slow_model_load_thirty_minutes() -> None:
+def test_probes_hit_health_and_the_startup_probe_is_sized_from_the_plan() -> None:
     c = container(deployment())
     assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}
     startup = c["startupProbe"]
-    assert startup["periodSeconds"] * startup["failureThreshold"] == 30 * 60
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= probes.startup_budget_s(plan())
 
 
 def test_pods_require_the_planned_gpu_product() -> None:

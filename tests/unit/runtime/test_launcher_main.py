@@ -103,7 +103,7 @@ def test_vllm_missing_from_path_exits_127() -> None:
     assert code == main.EXIT_NO_VLLM
 
 
-def test_leader_and_worker_form_the_group_over_localhost_then_exec() -> None:
+def test_leader_and_worker_form_the_group_over_localhost_then_run_vllm_watching_it() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = str(probe.getsockname()[1])
@@ -113,10 +113,15 @@ def test_leader_and_worker_form_the_group_over_localhost_then_exec() -> None:
     results: dict[str, tuple[int, Exec]] = {}
 
     def start(role: str, index: str) -> None:
-        execs = Exec()
+        runs = Exec()
+
+        def run_group(argv: list[str], env: dict[str, str], peers: dict[int, socket.socket]) -> int:
+            runs(argv[0], argv, {"peers": ",".join(map(str, sorted(peers)))})
+            return 0
+
         env = {"LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": index}
-        results[role] = (main.launch(common, env, shm_bytes=lambda: 8 * GiB, execvpe=execs),
-                         execs)
+        results[role] = (main.launch(common, env, shm_bytes=lambda: 8 * GiB, execvpe=Exec(),
+                                     run_group=run_group), runs)
 
     pods = [threading.Thread(target=start, args=a) for a in (("leader", "0"), ("worker", "1"))]
     for pod in pods:
@@ -126,3 +131,6 @@ def test_leader_and_worker_form_the_group_over_localhost_then_exec() -> None:
     assert results["leader"][0] == results["worker"][0] == 0
     assert "--headless" not in results["leader"][1].calls[0][1]
     assert results["worker"][1].calls[0][1][-1] == "--headless"
+    # Each side watches the other: the leader its worker (rank 1), the worker its leader.
+    assert results["leader"][1].calls[0][2] == {"peers": "1"}
+    assert results["worker"][1].calls[0][2] == {"peers": "0"}
