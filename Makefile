@@ -7,10 +7,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help deps venv control-plane crds test unit e2e bench bench-scale fuzz demo lint clean
+.PHONY: help deps venv control-plane real-engine crds test unit e2e bench bench-scale fuzz demo lint clean
 
 help:
 	@echo "make demo    local control plane + simulated GPU fleet + operator + live traffic"
+	@echo "             (REAL_ENGINE=llama-8b: that example on the real vLLM CPU engine)"
 	@echo "make test    unit and integration tests (real kube-apiserver, etcd, scheduler, KWOK)"
 	@echo "make bench   planner, collector and autoscaler benchmarks"
 	@echo "make fuzz    the long fuzz profile: 50,000+ hostile inputs through the pure core"
@@ -31,16 +32,20 @@ venv: $(STAMP)
 control-plane: deps
 	@bash hack/build-control-plane.sh >/dev/null
 
+# The real vLLM CPU engine and a tiny local model, cached in ~/.cache/shardwise (cold: ~6 minutes).
+real-engine:
+	@bash hack/install-vllm.sh >/dev/null
+
 crds: venv
 	$(VENV)/bin/shardwise crds
 
 unit: venv
 	$(PY) -m pytest -q tests/unit
 
-e2e: venv control-plane
+e2e: venv control-plane real-engine
 	$(PY) -m pytest -q tests/e2e
 
-test: venv control-plane
+test: venv control-plane real-engine
 	$(PY) -m pytest -q tests/unit tests/e2e
 
 lint: venv
@@ -57,8 +62,9 @@ fuzz: venv
 bench-scale: venv control-plane
 	$(PY) bench/scale.py
 
+# `make demo REAL_ENGINE=llama-8b` serves that example with the real vLLM engine.
 demo: venv control-plane
-	$(PY) -m shardwise.devcluster.demo
+	$(PY) -m shardwise.devcluster.demo $(foreach n,$(REAL_ENGINE),--real-engine $(n))
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .hypothesis

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import signal
+import subprocess
 import sys
 import time
 
@@ -20,6 +21,7 @@ import yaml
 
 from shardwise.devcluster.cluster import LocalCluster
 from shardwise.devcluster.processes import Process, free_port
+from shardwise_runtime.sim.real import LOCAL_VLLM_CPU_IMAGE
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -33,7 +35,10 @@ def _load_profile(doc: dict) -> list[tuple[float, float]]:
 
     One simulated replica of the example saturates near 10 requests/s, so the surge needs two or
     three replicas and the lull lets shardwise scale back down after the stabilization window.
+    A deployment on the real engine (a tiny model on two shared CPU cores) gets one request/s.
     """
+    if (doc["spec"].get("serving") or {}).get("image") == LOCAL_VLLM_CPU_IMAGE:
+        return [(1, 1800)]
     if doc["spec"].get("autoscaling"):
         return [(3, 60), (20, 180), (3, 1800)]
     return [(3, 1800)]
@@ -91,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=pathlib.Path, default=ROOT / ".demo")
     parser.add_argument("--refresh-seconds", type=float, default=10.0)
     parser.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: until Ctrl-C)")
+    parser.add_argument("--real-engine", action="append", default=[], metavar="NAME",
+                        help="serve this example with the real vLLM CPU engine (a tiny local model; "
+                             "installed by hack/install-vllm.sh on first use)")
     args = parser.parse_args(argv)
 
     stop = False
@@ -116,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"control plane up in {time.monotonic() - started:.0f}s with {len(nodes)} simulated GPU nodes", flush=True)
         logs = cluster.log_dir
         hub_url = _start_model_cache(cluster, args.work_dir, logs)
+        real_engine: list[str] = []
+        if args.real_engine:
+            print("installing the real vLLM engine if needed (hack/install-vllm.sh; cold: ~6 minutes)...", flush=True)
+            home = subprocess.run(["bash", str(ROOT / "hack/install-vllm.sh")], check=True, stdout=subprocess.PIPE,
+                                  text=True).stdout.strip().splitlines()[-1]
+            real_engine = ["--real-engine-home", home, "--log-dir", str(logs / "real-engine")]
         operator = Process("operator", _python("-m", "shardwise.cli", "run", "--resync-seconds", "10",
                                                "--health-port", str(free_port())),
                            logs / "operator.log", env={"KUBECONFIG": str(cluster.user_kubeconfig("shardwise-operator")),
@@ -123,13 +137,21 @@ def main(argv: list[str] | None = None) -> int:
                                                        "SHARDWISE_METRICS_WINDOW_SECONDS": "60",
                                                        "SHARDWISE_HUB_ENDPOINT": hub_url})
         fleet = Process("sim-fleet", _python("-m", "shardwise_runtime.sim.server", "fleet", "--kubeconfig",
-                                             str(cluster.user_kubeconfig("shardwise-sim"))), logs / "sim-fleet.log")
+                                             str(cluster.user_kubeconfig("shardwise-sim")), *real_engine),
+                        logs / "sim-fleet.log")
         for process in (operator, fleet):
             process.start()
             cluster.processes.append(process)
 
         docs = [yaml.safe_load(p.read_text()) for p in sorted(args.examples.glob("*.yaml"))]
-        cluster.kubectl("apply", "-f", str(args.examples))
+        for doc in docs:
+            if doc["metadata"]["name"] in args.real_engine:
+                # The pod image asks the local fleet for the real engine (see shardwise_runtime.sim.real).
+                doc["spec"].setdefault("serving", {})["image"] = LOCAL_VLLM_CPU_IMAGE
+        unknown = set(args.real_engine) - {doc["metadata"]["name"] for doc in docs}
+        if unknown:
+            raise SystemExit(f"--real-engine: no example named {', '.join(sorted(unknown))}")
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
         cluster.kubectl("apply", "-f", str(CACHE_EXAMPLE))
         for doc in docs:
             cluster.processes.append(_start_load(cluster, doc, logs))

@@ -13,15 +13,17 @@ stock vLLM image, the operator's `runtime_image` setting (SHARDWISE_RUNTIME_IMAG
 Helm chart) takes its place in these pods; a custom image must bring shardwise-launch itself.
 
 Health, group-wide:
-- The leader serves HTTP and is probed on /health like a single-node pod. vLLM's API server
-  starts only after every rank has joined, and /health turns 503 when the engine dies (including
-  a rank lost mid-run), so a ready leader means a ready group, and a failing leader restarts,
-  which recreates the group.
+- The leader serves HTTP and is probed on /health like a single-node pod (startup probe sized
+  from the weights, render/probes.py). vLLM's API server starts only after every rank has joined.
+  vLLM alone does NOT notice a rank lost mid-run (its leader answered /health 200 for minutes
+  after the worker died, while requests hung), so shardwise-launch watches the group itself:
+  every pod's launcher runs vLLM as a child and keeps a heartbeat connection to its peers; when
+  one goes, the launcher stops its vLLM and exits, so the leader's readiness fails within one
+  probe period, its container ends, and RecreateGroupOnPodRestart recreates the group.
 - Workers run `vllm serve --headless`: no HTTP server, and no port of their own worth probing.
-  They get no probes, deliberately: the worker's process is vLLM itself (the launcher execs it),
-  so a dead engine ends the container and the group is recreated; before vLLM starts, a worker
-  whose leader never answers exits after the group timeout, with the same effect. An exec or TCP
-  probe could only prove that a process exists, which the container's own lifetime already says.
+  They get no probes, deliberately: their container lives exactly as long as their launcher,
+  which exits when its vLLM dies or the leader goes; before vLLM starts, a worker whose leader
+  never answers exits after the group timeout, with the same effect.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"  # one value per group
 CLIQUE_LABEL = "nvidia.com/gpu.clique"  # GPU Feature Discovery: nodes sharing one NVLink fabric
 LAUNCHER = "shardwise-launch"
 # Long enough for a worker's node to pull a multi-gigabyte vLLM image after the leader started;
-# short enough that a group missing a pod fails (and is recreated) within the startup probe's
-# 30 minutes.
+# short enough that a group missing a pod fails (and is recreated) well within the startup
+# probe's allowance (at least 15 minutes, render/probes.py).
 GROUP_TIMEOUT_S = 900
 
 

@@ -2,9 +2,10 @@
 
 Multi-node bootstrap: vLLM's own multiprocessing path (`--distributed-executor-backend mp
 --nnodes N --node-rank R --master-addr LEADER`, `--headless` on ranks above 0), not Ray. Why:
-- each pod's process is vLLM itself (the launcher execs it), so when the engine dies the pod
-  dies and LeaderWorkerSet's RecreateGroupOnPodRestart rebuilds the group (vllm #16259); with
-  Ray the worker pods' process is `ray start --block`, which outlives a dead engine;
+- each pod's process is vLLM under its launcher, which exits when vLLM dies or a peer is lost
+  (`supervise`), so the pod dies and LeaderWorkerSet's RecreateGroupOnPodRestart rebuilds the
+  group (vllm #16259); with Ray the worker pods' process is `ray start --block`, which outlives
+  a dead engine;
 - no Ray runtime (GCS, raylets, `ray status` parsing that changes between Ray versions) to keep
   healthy, and no Ray placement decisions between the planner and the GPUs;
 - the flags exist in the targeted vLLM (0.32, checked against its `--help=all` in the tests).

@@ -50,17 +50,16 @@ def die_with_parent() -> None:
 
 
 def _stop(child: subprocess.Popen[bytes], grace_s: float) -> None:
-    if child.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGTERM)
-    try:
-        child.wait(grace_s)
-    except subprocess.TimeoutExpired:
+    if child.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-    with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGTERM)
+        try:
+            child.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)  # engine-core and worker processes left behind
 
 

@@ -71,8 +71,8 @@ class Container:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
 
-    async def _set_ready(self, ready: bool, reason: str) -> None:
-        if ready != self.ready or reason in ("Restarted",):
+    async def _set_ready(self, ready: bool, reason: str, *, force: bool = False) -> None:
+        if ready != self.ready or force:
             self.ready = ready
             log.info("%s: ready=%s (%s, restarts %d)", self.key, ready, reason, self.restarts)
             try:
@@ -123,7 +123,7 @@ class Container:
                 if self._stopping:
                     return
                 self.restarts += 1
-                await self._set_ready(False, reason)
+                await self._set_ready(False, reason, force=True)  # the new restart count
                 log.warning("%s: restarting after %s (restart %d)", self.key, reason, self.restarts)
                 await asyncio.sleep(RESTART_BACKOFF_S)
 
