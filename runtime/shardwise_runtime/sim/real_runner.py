@@ -111,9 +111,31 @@ class Container:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # stragglers of the session
 
+    async def _address_taken(self) -> bool:
+        """Whether something else already listens on the pod's serving port.
+
+        Parallel local clusters can hand out the same loopback pod IP; a probe answered by another
+        cluster's engine would make this pod Ready while its own vLLM is still loading. So the
+        container starts only once the address is free; after that its vLLM holds it.
+        """
+        probe = self.launch.readiness or self.launch.startup or self.launch.liveness
+        if probe is None:
+            return False
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(self.launch.host, probe.port), 2)
+        except (OSError, asyncio.TimeoutError):
+            return False
+        writer.close()
+        return True
+
     async def _supervise(self) -> None:
         async with aiohttp.ClientSession() as session:
             while not self._stopping:
+                if await self._address_taken():
+                    log.warning("%s: %s is already served by another process; waiting", self.key,
+                                self.launch.host)
+                    await asyncio.sleep(RESTART_BACKOFF_S)
+                    continue
                 self.process = await self._spawn()
                 log.info("%s: started pid %d: %s", self.key, self.process.pid, " ".join(self.launch.argv))
                 for change in self.launch.changes:

@@ -82,3 +82,32 @@ def test_startup_probe_that_runs_out_restarts_the_container(tmp_path: pathlib.Pa
 
     asyncio.run(scenario())
     assert not any(ready for ready, _, _ in reports)
+
+
+def test_an_address_served_by_someone_else_is_not_mistaken_for_this_pods_engine(tmp_path: pathlib.Path) -> None:
+    """Parallel clusters can share a loopback pod IP: a foreign /health must not make this pod Ready."""
+    import http.server
+    import threading
+
+    port = loopback.free_port()
+    foreign = http.server.HTTPServer(("127.0.0.1", port), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=foreign.serve_forever, daemon=True).start()
+    reports: list[tuple[bool, int, str]] = []
+
+    async def report(key: str, ready: bool, restarts: int, reason: str) -> None:
+        reports.append((ready, restarts, reason))
+
+    async def scenario() -> None:
+        engines = real_runner.RealEngines(tmp_path, report)
+        real_runner.RESTART_BACKOFF_S = 0.1
+        await engines.apply({"ns/p": _launch(port)})
+        try:
+            await asyncio.sleep(1.5)
+            assert engines.containers["ns/p"].process is None  # never started beside the squatter
+            foreign.shutdown()
+            foreign.server_close()
+            await _until(lambda: any(r[0] for r in reports))  # then it starts and turns Ready
+        finally:
+            await engines.close()
+
+    asyncio.run(scenario())
