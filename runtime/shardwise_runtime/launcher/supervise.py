@@ -89,7 +89,7 @@ def run_group(argv: list[str], env: Mapping[str, str], peers: Mapping[int, socke
             code = child.poll()
             if code is not None:
                 log.info("vLLM exited with code %d", code)
-                return code
+                return code if code >= 0 else 128 - code  # killed by signal N: 128 + N, as a shell says
             now = clock()
             if now >= next_beat:
                 for rank, conn in peers.items():
