@@ -1,7 +1,7 @@
 """Runs real vLLM processes for pods and plays the kubelet's part for them: probes and restarts.
 
 KWOK runs no containers and marks a real-engine pod Running but not Ready (its stage for
-`real.LOCAL_VLLM_CPU_IMAGE`, see shardwise.devcluster.kwok_stages). For each such pod this runs the
+`real.LOCAL_VLLM_CPU_IMAGE`, see shardwise/devcluster/kwok-pod-stages.yaml). For each such pod this runs the
 container's process (`real.real_launch`) and then does what a kubelet does with the probes the
 operator rendered: the startup probe gates the others and restarts the container when it runs out;
 readiness sets the pod's Ready condition; liveness failures and process exits restart the
