@@ -75,6 +75,8 @@ def _printer_columns() -> list[dict[str, Any]]:
         col("USD/h", "number", ".status.cost.hourlyUSD"),
         col("Phase", "string", ".status.phase"),
         col("Download", "string", ".status.modelCache.summary"),
+        col("Rollout", "string", ".status.rollout.strategy", priority=1),
+        col("Rollout-State", "string", ".status.rollout.state", priority=1),
         col("Age", "date", ".metadata.creationTimestamp"),
     ]
 

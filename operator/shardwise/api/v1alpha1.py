@@ -71,6 +71,11 @@ class Objective(str, Enum):
     Cost = "Cost"
 
 
+class WhenNoRoom(str, Enum):
+    ReplaceInPlace = "ReplaceInPlace"
+    Wait = "Wait"
+
+
 class Architecture(_Model):
     """Shape of a model the built-in catalog does not know, or overrides for one it does."""
 
@@ -402,6 +407,18 @@ def _no_default(schema: dict[str, Any]) -> None:
     schema.pop("default", None)
 
 
+class RolloutSpec(_Model):
+    whenNoRoom: WhenNoRoom = Field(
+        WhenNoRoom.ReplaceInPlace,
+        description="What a rollout (a new image, vLLM flag or serving setting) does when the GPUs for one "
+        "extra replica are not free. With room it always surges: the new replica starts beside the old ones. "
+        "Without, several replicas are replaced one at a time (the others keep serving). A single replica is "
+        "replaced in place with ReplaceInPlace (a short outage while the new one loads), or with Wait keeps "
+        "serving while the rollout waits for one replica's GPUs to be free. The choice is made when a rollout "
+        "starts and kept until it ends; status.rollout says which and why.",
+    )
+
+
 class InferenceDeploymentSpec(_Model):
     model: ModelSpec = Field(..., description="The model to serve.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="vLLM serving settings.", **_EMPTY)
@@ -419,6 +436,9 @@ class InferenceDeploymentSpec(_Model):
         None, description="Scale replicas to keep latency under SLOs; then leave spec.replicas unset."
     )
     pricing: PricingSpec = Field(default_factory=PricingSpec, description="GPU price used for cost figures.", **_EMPTY)
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec, description="How a new version replaces the running one.", **_EMPTY
+    )
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
         # Creating (or adding autoscaling to) an object with both is refused. An update that
@@ -466,4 +486,8 @@ class InferenceDeploymentStatus(_Model):
     autoscaling: dict[str, Any] | None = Field(None, description="The last scaling decision and its reason.")
     modelCache: dict[str, Any] | None = Field(
         None, description="The weight cache in use: claim, pinned commit, download progress (bytes, rate, time left)."
+    )
+    rollout: dict[str, Any] | None = Field(
+        None, description="The current or last rollout: strategy and why (free GPUs versus needed), progress, "
+        "the pod or group loading, and what would unblock it."
     )

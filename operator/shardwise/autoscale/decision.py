@@ -28,6 +28,7 @@ Algorithm, one evaluation:
    history): sustained headroom must have been seen, not assumed.
 4. Limit the step (maxScaleUpStep, maxScaleDownStep), clamp to [minReplicas, maxReplicas], then
    to the replicas the existing GPUs can hold. Clamps are facts, not choices: they ignore steps.
+   While a rollout replaces replicas, no scale-down: the rollout depends on every old replica.
 
 Worked example: minReplicas 1, maxReplicas 8, SLO TTFT p95 500 ms and ITL p95 50 ms, tolerance 0.1,
 windows up 0 s / down 300 s, steps +4 / -1, targetUtilization 0.7, evaluation every 30 s.
@@ -140,6 +141,9 @@ def decide(
     if capacity is not None and capacity_limited:
         notes.append(f"bounded by GPU capacity: wants {desired}, only {capacity} fit")
         desired = capacity
+    if observation.rollout_in_progress and desired < current:
+        notes.append(f"a rollout is replacing replicas: scale-down to {desired} waits until it finishes")
+        desired = current
 
     return Decision(
         desired_replicas=desired,

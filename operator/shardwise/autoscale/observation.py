@@ -40,6 +40,10 @@ class Observation:
     # How long a new replica should take to serve (engine start plus weight load, from the model
     # cache's state): the startup horizon until a scale-up has been measured.
     expected_startup_s: float | None = None
+    # A rollout is replacing replicas (status.rollout not Complete): the old ones serve until the
+    # new ones are ready, so none may be removed under it. Its loading pods are not ready, so
+    # they are in neither replicas_ready nor the latency they are about to change.
+    rollout_in_progress: bool = False
 
     @property
     def has_traffic(self) -> bool:

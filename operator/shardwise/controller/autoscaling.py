@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pydantic
@@ -33,8 +33,10 @@ from shardwise.controller.quietlog import QuietLog
 from shardwise.controller.reconcile import now_rfc3339
 from shardwise.controller.settings import Settings
 from shardwise.observe.aggregate import Summary
-from shardwise.planner import corrections, inventory
+from shardwise.planner import corrections, inventory, placement
 from shardwise.render.labels import INSTANCE_LABEL
+from shardwise.rollout import progress as rollout_progress
+from shardwise.rollout import room
 
 log = logging.getLogger(__name__)
 
@@ -47,27 +49,16 @@ MAX_HISTORY = 64
 # -- pure ------------------------------------------------------------------------------------
 
 def capacity_replicas(plan: Mapping[str, Any], inv: inventory.Inventory,
-                      node_selector: Mapping[str, str]) -> int | None:
-    """Replicas the planned GPU product can hold: free GPUs on matching nodes, in whole pods.
+                      node_selector: Mapping[str, str],
+                      tolerations: Sequence[placement.Toleration] = ()) -> int | None:
+    """Replicas the planned GPU product can hold: free GPUs on usable nodes, in whole pods.
 
     `inv` must be built without this deployment's own pods, so the GPUs its running replicas hold
-    count as free: the answer includes them. A replica of several nodes needs that many pods' worth
-    of slots; slots on one node never serve two pods of one replica beyond what it fits. None
-    without a usable plan (nothing to bound by).
+    count as free: the answer includes them. Nodes with taints the pods do not tolerate hold
+    none. The same accounting decides a rollout's strategy (rollout.room). None without a
+    usable plan (nothing to bound by).
     """
-    per_node = int(plan.get("gpusPerNode") or 0)
-    nodes_per_replica = int(plan.get("nodesPerReplica") or 1)
-    product = plan.get("gpuProduct")
-    if per_node < 1 or not product:
-        return None
-    slots = 0
-    for pool in inv.pools:
-        if pool.shape.product != product:
-            continue
-        for node in pool.nodes:
-            if all(node.labels.get(k) == v for k, v in node_selector.items()):
-                slots += node.free_gpus // per_node
-    return slots // nodes_per_replica
+    return room.replicas_that_fit(plan, inv, node_selector=node_selector, tolerations=tolerations)
 
 
 def hpa_conflicts(hpas: list[dict[str, Any]], name: str) -> list[str]:
@@ -102,7 +93,8 @@ def itl_floor_ms(predicted: Mapping[str, Any] | None, compared: Mapping[str, Any
 def observation(summary: Summary | None, *, current: int, ready: int,
                 capacity: int | None, predicted: Mapping[str, Any] | None = None,
                 compared: Mapping[str, Any] | None = None,
-                expected_startup_s: float | None = None) -> Observation:
+                expected_startup_s: float | None = None,
+                rollout: Mapping[str, Any] | None = None) -> Observation:
     """What `decide` sees; no summary (no scrape yet) means no latency and no load known.
 
     Scale-down projections count only the inter-token latency above an idle replica's
@@ -123,6 +115,7 @@ def observation(summary: Summary | None, *, current: int, ready: int,
         kv_cache_usage=s.kv_cache_usage if s else None,
         requests_per_second=(s.requests_per_second or 0.0) if s else 0.0,
         capacity_replicas=capacity,
+        rollout_in_progress=bool(rollout) and (rollout or {}).get("state") != rollout_progress.COMPLETE,
     )
 
 
@@ -283,12 +276,13 @@ class Autoscaler:
                   if not (p["metadata"].get("namespace") == namespace
                           and (p["metadata"].get("labels") or {}).get(INSTANCE_LABEL) == name)]
         inv = planner.inventory_from_nodes(self.kube.list_nodes(), others)
-        capacity = capacity_replicas(status.get("plan") or {}, inv, spec.placement.nodeSelector)
+        capacity = capacity_replicas(status.get("plan") or {}, inv, spec.placement.nodeSelector,
+                                     room.tolerations(spec.placement))
         obs = observation(self._latest(namespace, name), current=progress.desired_replicas(spec, dict(status)),
                           ready=int(status.get("readyReplicas") or 0), capacity=capacity,
                           predicted=(status.get("plan") or {}).get("predicted"),
                           expected_startup_s=(status.get("modelCache") or {}).get("expectedStartSeconds"),
-                          compared=status.get("prediction"))
+                          compared=status.get("prediction"), rollout=status.get("rollout"))
         key = (namespace, name)
         now = self._clock()
         decision = autoscale.decide(policy, obs, self._history.get(key, History()), now)

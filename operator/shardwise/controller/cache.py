@@ -24,6 +24,7 @@ from shardwise.api import v1alpha1 as api
 from shardwise.controller.informer import Informer, Obj, strip_managed_fields
 from shardwise.controller.kube import Kube
 from shardwise.render.labels import INSTANCE_LABEL
+from shardwise.rollout import pods as rollout_pods
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -98,7 +99,8 @@ def slim_pod(pod: Obj) -> Obj | None:
     """A pod that holds GPUs or belongs to an InferenceDeployment, slim; None for every other pod.
 
     GPU accounting reads nodeName, phase and the containers' resources; our own pods also keep
-    what status and failure reporting read (conditions, container states, podIP).
+    what status and failure reporting read (conditions, container states, podIP) and what tells
+    their template's version (annotations; image, command, args and env of each container).
     """
     meta = pod.get("metadata") or {}
     ours = INSTANCE_LABEL in (meta.get("labels") or {})
@@ -116,6 +118,11 @@ def slim_pod(pod: Obj) -> Obj | None:
     if ours:
         slim["status"].update({k: status[k] for k in (
             "conditions", "podIP", "containerStatuses", "initContainerStatuses", "reason", "message") if k in status})
+        # Which version of the template made it (rollout progress): annotations, container versions.
+        slim["metadata"]["annotations"] = dict(meta.get("annotations") or {})
+        for k in kinds:
+            for kept, full in zip(slim["spec"][k], spec.get(k) or []):
+                kept.update({f: full[f] for f in rollout_pods.VERSIONED_FIELDS if f in full})
     return slim
 
 

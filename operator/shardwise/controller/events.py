@@ -42,7 +42,8 @@ def emit(kube: Kube, infd: dict[str, Any], *, type_: str, reason: str, message: 
 
 
 def transitions(old_status: dict[str, Any], new_status: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(type, reason, message) of events for conditions that flipped and plans that changed."""
+    """(type, reason, message) of events for conditions that flipped, plans that changed and
+    rollouts that started (with their strategy and why)."""
     out: list[tuple[str, str, str]] = []
     old_plan, new_plan = old_status.get("plan") or {}, new_status.get("plan") or {}
     if new_plan.get("feasible") and (old_plan.get("tensorParallel"), old_plan.get("pipelineParallel"),
@@ -51,6 +52,9 @@ def transitions(old_status: dict[str, Any], new_status: dict[str, Any]) -> list[
                                                                      new_plan.get("gpuProduct")):
         out.append(("Normal", "Planned", f"TP {new_plan['tensorParallel']} x PP {new_plan['pipelineParallel']} on "
                                          f"{new_plan.get('gpuProduct')}: {new_plan.get('reason', '')}"))
+    old_rollout, new_rollout = old_status.get("rollout") or {}, new_status.get("rollout") or {}
+    if new_rollout.get("revision") and new_rollout.get("revision") != old_rollout.get("revision"):
+        out.append(("Normal", "RolloutStarted", f"{new_rollout.get('strategy')}: {new_rollout.get('reason', '')}"))
     for cond in new_status.get("conditions") or []:
         before = conditions.find(old_status.get("conditions"), cond["type"])
         if before is not None and before.get("status") == cond["status"] and before.get("reason") == cond["reason"]:

@@ -13,6 +13,7 @@ from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 from shardwise.conditions import Condition
 from shardwise.controller.workload_health import Failure, pod_failure, unschedulable, workload_failure
 from shardwise.render import children, labels, leaderworkerset
+from shardwise.rollout import progress as rollout_progress
 
 
 def desired_replicas(spec: InferenceDeploymentSpec, status: dict[str, Any]) -> int:
@@ -36,7 +37,8 @@ def kstatus_conditions(updates: list[Condition]) -> list[Condition]:
     if progressing is not None:
         out.append(Condition("Reconciling", progressing.status, progressing.reason, progressing.message))
     if degraded is not None:
-        stuck = bool(degraded.status) and degraded.reason != "Unschedulable"
+        # Waiting for GPUs resolves itself when they are freed; everything else needs a person.
+        stuck = bool(degraded.status) and degraded.reason not in ("Unschedulable", "RolloutBlocked")
         out.append(Condition("Stalled", stuck, degraded.reason if stuck else "AsExpected",
                              degraded.message if stuck else ""))
     return out
@@ -107,8 +109,11 @@ def _failed(failure: Failure, counts: str = "") -> list[Condition]:
 
 def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: dict[str, Any] | None,
                  pods: list[dict[str, Any]], status: dict[str, Any], *, owner: children.Owner,
-                 generation: int | None, now: str, apply_failure: Failure | None = None) -> dict[str, Any]:
-    """`apply_failure`: what the API server (or an object we do not own) refused when applying the children."""
+                 generation: int | None, now: str, apply_failure: Failure | None = None,
+                 rollout: rollout_progress.View | None = None) -> dict[str, Any]:
+    """`apply_failure`: what the API server (or an object we do not own) refused when applying the children.
+    `rollout`, while one is tracked, adds status.rollout, and while it is active its words replace the
+    generic Progressing/Degraded ones."""
     desired = desired_replicas(spec, status)
     replicas, ready, _, _ = _workload_counts(workload)
     updates: list[Condition] = []
@@ -149,6 +154,10 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
             else:
                 updates.append(Condition("Degraded", False, "AsExpected", ""))
             phase = "Ready" if is_ready else ("Degraded" if waiting else "Progressing")
+        if rollout is not None and rollout.active and rollout.conditions:
+            replaced = {c.type for c in rollout.conditions}
+            updates = [c for c in updates if c.type not in replaced] + list(rollout.conditions)
+            phase = "Degraded" if any(c.type == "Degraded" and c.status for c in updates) else "Progressing"
 
     updates += kstatus_conditions(updates)
     updates.append(replicas_ignored(spec))
@@ -162,4 +171,5 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
         "selector": _selector(owner.name, plan),
         "endpoint": children.endpoint(owner),
         "plan": plan,
+        "rollout": rollout.status if rollout is not None and plan.get("feasible") else None,
     }

@@ -21,7 +21,7 @@ import pydantic
 
 from shardwise.api import v1alpha1 as api
 from shardwise.controller import (calibration, cachestate, errors, events, missing_api, modelcache, ownership,
-                                 planning, progress)
+                                 planning, progress, rollouts)
 from shardwise.controller.compare import contains, merge_patch
 from shardwise.controller.kube import ApiException, Kube
 from shardwise.controller.settings import Settings
@@ -62,7 +62,7 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
     plan = _plan(kube, settings, infd, spec)
     owner = children.Owner(name=name, namespace=namespace, uid=meta["uid"])
     applied: list[str] = []
-    workload = None
+    workload = rendered_workload = None
     lws_missing = False
     cache: cachestate.CacheView | None = None
     failure: Failure | None = None
@@ -80,6 +80,9 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
             failure = Failure("ChildConflict", "; ".join(conflicts))
             wanted = []
         for obj, live in zip(wanted, lives):
+            if obj["kind"] in rollouts.WORKLOAD_KINDS:  # the rollout strategy goes on with the template
+                obj = rendered_workload = rollouts.prepare(kube, spec, plan, obj, live, replicas,
+                                                           namespace=namespace, name=name)
             if live is None or not contains(live, obj):
                 try:
                     # Force only on objects we control (it takes back our own fields from other
@@ -108,8 +111,12 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
         log.info("%s/%s: applied %s", namespace, name, ", ".join(applied))
 
     pods = kube.list_pods(namespace, labels.selector_string(name)) if workload is not None else []
+    rollout = None
+    if workload is not None and rendered_workload is not None:
+        rollout = rollouts.observe(kube, spec, plan, rendered_workload, workload, pods,
+                                   progress.desired_replicas(spec, status), namespace=namespace, name=name)
     update = progress.build_status(spec, plan, workload, pods, status, owner=owner, generation=generation, now=now,
-                                   apply_failure=failure)
+                                   apply_failure=failure, rollout=rollout)
     if lws_missing:
         update = missing_api.lws_not_installed_status(update, status, generation=generation, now=now)
     if cache is not None:

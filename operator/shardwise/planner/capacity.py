@@ -6,10 +6,10 @@ layout (plan stability); this module only reports the gap between the plan and t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 
-from shardwise.planner import inventory
+from shardwise.planner import inventory, placement
 
 _NAME = attrgetter("name")
 _FREE = attrgetter("free_gpus")
@@ -85,3 +85,35 @@ def check(
         f"needs {nodes_needed} nodes with {gpus_per_node} free GPUs each; {have}; fits when "
         f"{missing} more are freed on {_names(short)}" + _blocked_note(nodes)
     )
+
+
+def usable_nodes(
+    inv: inventory.Inventory,
+    *,
+    product: str,
+    node_selector: Mapping[str, str],
+    tolerations: Sequence[placement.Toleration],
+) -> list[inventory.NodeState]:
+    """Nodes of the planned product that this deployment's pods may use: the node selector
+    matches and every blocking taint is tolerated (the planner's own eligibility rules)."""
+    selector = tuple(sorted(node_selector.items()))
+    found: list[inventory.NodeState] = []
+    for pool in inv.pools:
+        if pool.shape.product != product:
+            continue
+        if placement.untolerated_taints(pool.taints, tolerations):
+            continue
+        found.extend(placement.matching_nodes(pool.nodes, selector))
+    return found
+
+
+def replica_slots(
+    nodes: Sequence[inventory.NodeState], *, gpus_per_node: int, nodes_per_replica: int
+) -> int:
+    """Whole replicas the free GPUs of `nodes` hold: pods of `gpus_per_node` per node, then
+    `nodes_per_replica` of those per replica (a node never hosts two pods of one replica beyond
+    what fits, and cliques are not checked: an upper bound for NVLink-fabric plans)."""
+    if gpus_per_node < 1:
+        return 0
+    pods = sum(n.free_gpus // gpus_per_node for n in nodes)
+    return pods // max(1, nodes_per_replica)

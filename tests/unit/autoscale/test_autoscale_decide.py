@@ -91,6 +91,12 @@ CASES = [
                                                    kv_cache_usage=0.55), 3,
          "below SLO (TTFT p95 430 ms = 86% of SLO 500 ms, KV cache 55%) but projected "
          "utilisation 129% at 2 replicas exceeds target 70%", history=watched(3)),
+    Case("no scale-down under a rollout", obs(6, ttft_p95_ms=100.0, itl_p95_ms=15.0, kv_cache_usage=0.25,
+                                             rollout_in_progress=True), 6,
+         "a rollout is replacing replicas: scale-down to 5 waits until it finishes", history=watched(3)),
+    Case("a rollout does not stop a scale-up", obs(2, ttft_p95_ms=812.0, itl_p95_ms=30.0,
+                                                   rollout_in_progress=True), 4,
+         "TTFT p95 812 ms > SLO 500 ms for 1 period"),
     Case("maxReplicas clamps", obs(7, ttft_p95_ms=1_000.0), 8, "maxReplicas 8: wants 11"),
     Case("minReplicas clamps", obs(1, ttft_p95_ms=500.0), 2, "minReplicas 2: wants 1",
          policy=policy(min_replicas=2)),

@@ -116,3 +116,21 @@ def test_itl_floor_uses_observed_ratio_over_the_prediction() -> None:
     assert autoscaling.itl_floor_ms(corrected, observed) == pytest.approx(15.0)
     assert autoscaling.itl_floor_ms({"itlMs": 20.0}, None) == 20.0
     assert autoscaling.itl_floor_ms(None, observed) is None
+
+
+def test_observation_marks_an_unfinished_rollout() -> None:
+    def seen(rollout: dict[str, Any] | None) -> bool:
+        return autoscaling.observation(None, current=3, ready=3, capacity=4, rollout=rollout).rollout_in_progress
+
+    assert seen({"state": "InProgress"}) and seen({"state": "Blocked"}) and seen({"state": "Failed"})
+    assert not seen({"state": "Complete"}) and not seen(None)
+
+
+def test_capacity_leaves_out_nodes_whose_taints_the_pods_do_not_tolerate() -> None:
+    tainted = node("t1", "NVIDIA-L40S", 4)
+    tainted["spec"] = {"taints": [{"key": "team", "value": "a", "effect": "NoSchedule"}]}
+    inv = planner.inventory_from_nodes([tainted, node("l2", "NVIDIA-L40S", 4)])
+    plan = {"gpuProduct": "NVIDIA-L40S", "gpusPerNode": 4}
+    assert autoscaling.capacity_replicas(plan, inv, {}) == 1
+    tolerate = planner.placement.Toleration(key="team", operator="Equal", value="a", effect="NoSchedule")
+    assert autoscaling.capacity_replicas(plan, inv, {}, (tolerate,)) == 2

@@ -126,6 +126,10 @@ def test_slim_forms_keep_what_planning_and_status_read_and_drop_the_rest() -> No
     assert "podIP" not in kept["status"]
     ours = slim_pod(pod(0, {"shardwise.io/inference-deployment": "m"}))
     assert ours["status"]["podIP"] == "1.2.3.4" and ours["status"]["conditions"] == [{"type": "Ready"}]
+    # Our pods also keep what tells the template version apart (rollout progress).
+    assert ours["spec"]["containers"] == [{"name": "c", "image": "i", "env": [{"name": "A"}],
+                                           "resources": {"limits": {"nvidia.com/gpu": "0"}}}]
+    assert ours["metadata"]["annotations"] == {}
 
 
 def test_cached_reads_by_kind_namespace_and_label_selector() -> None:
