@@ -71,6 +71,6 @@ def observe(kube: Kube, spec: InferenceDeploymentSpec, plan: dict[str, Any], app
         "replicas": replicas, "failure": (failed.reason, failed.message) if failed else None,
         "waiting": stuck.message if stuck else None}
     seen = progress.view(decision, **args)
-    if seen.state == progress.BLOCKED:  # say what is free now, not only when the rollout started
+    if seen.state == progress.BLOCKED:  # what is free now: the words, and whether it is a block at all
         seen = progress.view(decision, **args, room=measure_room(kube, spec, plan, replicas, namespace, name))
     return seen

@@ -7,7 +7,8 @@ States, first match wins:
   back to them.
 - Blocked: a pod of the new version finds no node: no room, as chosen (WaitForRoom) or because
   the room seen when the rollout started was taken since. Says the GPUs needed and free. Not
-  while an old pod is still terminating: its GPUs are on their way (the grace period).
+  while an old pod is still terminating (its GPUs are on their way: the grace period), nor when
+  a usable node has the GPUs free now (the scheduler has yet to retry).
 - Complete: as many ready serving pods of the new version as replicas wanted, none of the old.
 - InProgress: otherwise, naming the pod (or group) now loading.
 Counts are of serving pods: leaders for a LeaderWorkerSet, whose group is ready with its leader.
@@ -125,7 +126,7 @@ def view(decision: Decision, *, revision: str, previous: str | None, rendered: d
                 "keeps serving; fix the spec or revert it to roll back)")
         conds = [Condition("Progressing", False, "RolloutFailed", text),
                  Condition("Degraded", True, "RolloutFailed", text)]
-    elif waiting is not None and not pods.releasing:
+    elif waiting is not None and not pods.releasing and not (room is not None and room.pod_fits_now):
         state = BLOCKED
         if room is not None:
             fits = f"needs {room.need()}, {room.free_gpus} free on usable {room.product} nodes"
@@ -145,8 +146,11 @@ def view(decision: Decision, *, revision: str, previous: str | None, rendered: d
         state = IN_PROGRESS
         doing = f"; {_name(loading, group)} loading{_where(loading)}" if loading is not None else ""
         conds = []
-        if waiting is not None:  # an old pod's GPUs are on their way: the normal pace, not degraded
-            doing += f"; a new pod waits for the GPUs of terminating {_name(pods.releasing[0], group)}"
+        if waiting is not None:  # GPUs on their way or already free: the normal pace, not degraded
+            if pods.releasing:
+                doing += f"; a new pod waits for the GPUs of terminating {_name(pods.releasing[0], group)}"
+            else:
+                doing += "; GPUs for the new pod are free, the scheduler has yet to place it"
             conds.append(Condition("Degraded", False, "AsExpected", ""))
         elif decision.strategy == WAIT_FOR_ROOM and loading is None and not pods.new_serving:
             doing = "; waiting for the scheduler to place the new version"

@@ -24,6 +24,7 @@ class Room:
     nodes_per_replica: int
     product: str
     shortfall: str  # the planner's words for placing one more replica on the free GPUs now
+    pod_fits_now: bool = False  # some usable node has one pod's GPUs free now
 
     @property
     def gpus_per_replica(self) -> int:
@@ -80,6 +81,7 @@ def measure(plan: Mapping[str, Any], spec_placement: PlacementSpec, *, everythin
                                       one_clique=False)
     else:
         shortfall = f"no usable {plan['gpuProduct']} nodes are left"
+    pod_fits_now = any(n.free_gpus >= per_node for n in usable)
     return Room(spare_replicas=max(0, fit - replicas), free_gpus=sum(n.free_gpus for n in usable),
                 gpus_per_node=per_node, nodes_per_replica=nodes_per_replica, product=str(plan["gpuProduct"]),
-                shortfall=shortfall)
+                shortfall=shortfall, pod_fits_now=pod_fits_now)

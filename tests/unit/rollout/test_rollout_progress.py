@@ -106,6 +106,15 @@ def test_waiting_for_the_gpus_of_a_terminating_old_pod_is_progress_not_a_block()
     assert ("Degraded", False, "AsExpected") in [(c.type, c.status, c.reason) for c in seen.conditions]
 
 
+def test_free_gpus_the_scheduler_has_yet_to_use_are_not_a_block() -> None:
+    pods = [pod("a-old", OLD_T), pod("b-new", NEW_T, ready=False, node=None)]
+    free = Room(spare_replicas=0, free_gpus=1, gpus_per_node=1, nodes_per_replica=1, product="NVIDIA-L4",
+                shortfall="", pod_fits_now=True)
+    seen = see(REPLACE, pods, replicas=1, waiting="pod b-new cannot be scheduled: stale", room=free)
+    assert seen.state == progress.IN_PROGRESS
+    assert "the scheduler has yet to place it" in seen.status["message"]
+
+
 def test_same_pods_same_view() -> None:
     pods = [pod("a-old", OLD_T), pod("c-new", NEW_T, ready=False)]
     assert see(REPLACE, pods) == see(REPLACE, list(reversed(pods)))

@@ -29,14 +29,14 @@ def test_full_nodes_held_by_the_deployment_itself_leave_no_room() -> None:
     nodes = [node(f"n{i}") for i in range(3)]
     found = measure(nodes, [own(f"m-{i}", f"n{i}") for i in range(3)], replicas=3)
     assert found is not None
-    assert (found.spare_replicas, found.free_gpus, found.gpus_per_replica) == (0, 0, 1)
+    assert (found.spare_replicas, found.free_gpus, found.gpus_per_replica, found.pod_fits_now) == (0, 0, 1, False)
     assert "fits when 1 more are freed" in found.shortfall
 
 
 def test_a_free_matching_node_is_room_for_a_surge() -> None:
     nodes = [node(f"n{i}") for i in range(4)]
     found = measure(nodes, [own(f"m-{i}", f"n{i}") for i in range(3)], replicas=3)
-    assert found is not None and (found.spare_replicas, found.free_gpus) == (1, 1)
+    assert found is not None and (found.spare_replicas, found.free_gpus, found.pod_fits_now) == (1, 1, True)
 
 
 def test_other_workloads_and_pending_own_pods_take_room() -> None:
