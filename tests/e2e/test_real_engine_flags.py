@@ -22,7 +22,7 @@ from shardwise.render import children
 from tests.e2e import real_engine_support as rs
 from tests.e2e.support import ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.real_engine]
+pytestmark = [pytest.mark.e2e, pytest.mark.real_engine, pytest.mark.timeout(1800)]  # a cold install: minutes
 
 OWNER = children.Owner(name="m", namespace="ns", uid="u")
 PRECISIONS = [{"dtype": "bfloat16"}, {"dtype": "float16"}, {"dtype": "fp8"},
