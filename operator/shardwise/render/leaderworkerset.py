@@ -32,7 +32,8 @@ from typing import Any
 
 from shardwise.api import names
 from shardwise.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeploymentSpec
-from shardwise.render import children, labels
+from shardwise.render import labels
+from shardwise.render.pod import Owner, build_pod_spec, object_metadata, pod_annotations
 from shardwise.render.vllm_args import build_serve_args
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -99,9 +100,9 @@ def _keep_group_in_one_clique(pod: dict[str, Any], resource_name: str) -> None:
     }]}
 
 
-def _template(owner: children.Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],
+def _template(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],
               role: str, runtime_image: str | None) -> dict[str, Any]:
-    pod = children.build_pod_spec(owner, spec, plan, command=[LAUNCHER],
+    pod = build_pod_spec(owner, spec, plan, command=[LAUNCHER],
                                   args=build_launch_args(spec, plan, owner.name, role))
     if runtime_image and spec.serving.image == DEFAULT_IMAGE:
         # The stock vLLM image has no shardwise-launch; the runtime image is it plus the launcher.
@@ -114,17 +115,17 @@ def _template(owner: children.Owner, spec: InferenceDeploymentSpec, plan: dict[s
         _keep_group_in_one_clique(pod, owner.name)
     return {
         "metadata": {"labels": labels.common_labels(owner.name),
-                     "annotations": children.pod_annotations(spec, plan)},
+                     "annotations": pod_annotations(spec, plan)},
         "spec": pod,
     }
 
 
-def build_leaderworkerset(owner: children.Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],
+def build_leaderworkerset(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],
                           replicas: int, *, runtime_image: str | None = None) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": children.object_metadata(owner, workload_name(owner.name)),
+        "metadata": object_metadata(owner, workload_name(owner.name)),
         "spec": {
             "replicas": replicas,
             # LeaderReady would deadlock: the leader is ready only once every worker has joined.
