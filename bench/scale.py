@@ -149,7 +149,7 @@ def topology_file(work: pathlib.Path, nodes: int) -> pathlib.Path:
 def manifest(name: str, namespace: str) -> dict[str, Any]:
     return {"apiVersion": "shardwise.io/v1alpha1", "kind": "InferenceDeployment",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
+            "spec": {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"},
                      "serving": {"maxModelLen": 2048, "maxConcurrency": 8},
                      "parallelism": {"objective": "Cost"}, "replicas": 1}}
 
@@ -263,6 +263,9 @@ def big(nodes: int, pods: int, gpu_nodes: int, gpu_pods: int) -> dict[str, Any]:
         api = Api(cluster)
         for ns in ("big-0", "big-1", "big-2", "big-3"):
             api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+            # The controller manager that would create it is stopped; pod admission needs it.
+            api.call("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
+                     {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
         gpu = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
                "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81559"}
         ready = [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
