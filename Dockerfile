@@ -16,7 +16,7 @@ COPY operator/ operator/
 COPY runtime/ runtime/
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-# The operator: the package's base dependencies only (Kopf, the Kubernetes client, pydantic,
+# The operator: the package's base dependencies only (the Kubernetes client, pydantic,
 # prometheus-client, aiohttp), no NVML, no torch, no test tools.
 FROM ${PYTHON_IMAGE} AS operator
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -1,1 +1,1 @@
-"""shardwise: a Kopf operator that serves LLMs with vLLM on GPUs, planning TP/PP from topology."""
+"""shardwise: a Kubernetes operator that serves LLMs with vLLM on GPUs, planning TP/PP from topology."""

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 # Modules that expose `register(subparsers)`; imported lazily so `shardwise crds` does not pay
-# for Kopf and `shardwise plan` works without a cluster.
+# for the Kubernetes client and `shardwise plan` works without a cluster.
 _SUBCOMMAND_MODULES = (
     "shardwise.controller.cli",
     "shardwise.api.cli",

@@ -1,4 +1,4 @@
-"""The layering in .importlinter holds: Kopf shell on top, pure core below, API types at the bottom."""
+"""The layering in .importlinter holds: controller shell on top, pure core below, API types at the bottom."""
 
 import pathlib
 import subprocess
