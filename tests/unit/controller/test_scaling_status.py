@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from shardwise import autoscale, planner
 from shardwise.autoscale import Decision, History
-from shardwise.controller import autoscaling
+from shardwise.controller import scaling_status
 
 STAMP = "2026-01-01T00:00:00Z"
 
@@ -41,7 +41,7 @@ NODES = [node("a1", "NVIDIA-A100-80GB-PCIe", 4, zone="x"), node("a2", "NVIDIA-A1
 def test_capacity_counts_whole_replicas_on_free_gpus_of_the_planned_product(
         plan: dict[str, Any], others: list[dict[str, Any]], selector: dict[str, str], expected: int | None) -> None:
     inv = planner.inventory_from_nodes(NODES, others)
-    assert autoscaling.capacity_replicas(plan, inv, selector) == expected
+    assert scaling_status.capacity_replicas(plan, inv, selector) == expected
 
 
 def test_hpa_conflicts_only_for_hpas_aimed_at_this_inference_deployment() -> None:
@@ -51,16 +51,16 @@ def test_hpa_conflicts_only_for_hpas_aimed_at_this_inference_deployment() -> Non
 
     hpas = [hpa("z", "InferenceDeployment", "m"), hpa("d", "Deployment", "m", "apps/v1"),
             hpa("o", "InferenceDeployment", "other"), hpa("a", "InferenceDeployment", "m")]
-    assert autoscaling.hpa_conflicts(hpas, "m") == ["a", "z"]
-    assert autoscaling.conflict_condition(["a"]).status is True
-    assert autoscaling.conflict_condition([]).status is False
+    assert scaling_status.hpa_conflicts(hpas, "m") == ["a", "z"]
+    assert scaling_status.conflict_condition(["a"]).status is True
+    assert scaling_status.conflict_condition([]).status is False
 
 
 def test_observation_counts_starting_replicas_and_tolerates_no_summary() -> None:
-    obs = autoscaling.observation(None, current=3, ready=1, capacity=4)
+    obs = scaling_status.observation(None, current=3, ready=1, capacity=4)
     assert (obs.replicas_ready, obs.replicas_starting, obs.ttft_p95_ms, obs.has_traffic) == (1, 2, None, False)
     # Replicas being removed are not "starting": ready above current is capped, not negative.
-    down = autoscaling.observation(None, current=1, ready=2, capacity=None)
+    down = scaling_status.observation(None, current=1, ready=2, capacity=None)
     assert (down.replicas_ready, down.replicas_starting) == (1, 0)
 
 
@@ -71,7 +71,7 @@ def decision(desired: int, current: int, *, capacity_limited: bool = False) -> D
 
 
 def test_a_scale_up_is_recorded_announced_and_stamped() -> None:
-    out = autoscaling.apply_decision({}, decision(3, 2), capacity=None, stamp=STAMP)
+    out = scaling_status.apply_decision({}, decision(3, 2), capacity=None, stamp=STAMP)
     assert out.changed
     assert out.update["desiredReplicas"] == 3
     status = out.update["autoscaling"]
@@ -81,46 +81,46 @@ def test_a_scale_up_is_recorded_announced_and_stamped() -> None:
 
 
 def test_a_hold_that_changes_nothing_writes_nothing_and_posts_nothing() -> None:
-    first = autoscaling.apply_decision({}, decision(2, 2), capacity=None, stamp=STAMP)
+    first = scaling_status.apply_decision({}, decision(2, 2), capacity=None, stamp=STAMP)
     assert first.update["autoscaling"].get("lastScaleTime") is None
     status = {"desiredReplicas": 2, "autoscaling": {**first.update["autoscaling"], "lastScaleTime": "earlier"}}
-    again = autoscaling.apply_decision(status, decision(2, 2), capacity=None, stamp="later")
+    again = scaling_status.apply_decision(status, decision(2, 2), capacity=None, stamp="later")
     assert not again.changed and again.events == () and again.update == {}
 
 
 def test_capacity_warning_only_on_the_transition() -> None:
     limited = decision(4, 4, capacity_limited=True)
-    first = autoscaling.apply_decision({}, limited, capacity=4, stamp=STAMP)
+    first = scaling_status.apply_decision({}, limited, capacity=4, stamp=STAMP)
     assert [e[1] for e in first.events] == ["InsufficientGPUCapacity"]
     assert "only 4 replicas fit" in first.events[0][2]
-    again = autoscaling.apply_decision({"desiredReplicas": 4, "autoscaling": first.update["autoscaling"]}, limited,
+    again = scaling_status.apply_decision({"desiredReplicas": 4, "autoscaling": first.update["autoscaling"]}, limited,
                                        capacity=4, stamp=STAMP)
     assert again.events == () and again.update == {}
 
 
 def test_decision_through_the_real_policy_lands_on_the_status() -> None:
     policy = autoscale.policy_from_spec({"maxReplicas": 4, "slo": {"ttftP95": "500ms"}})
-    obs = autoscaling.observation(None, current=1, ready=1, capacity=2)
+    obs = scaling_status.observation(None, current=1, ready=1, capacity=2)
     made = autoscale.decide(policy, obs, History(), 10.0)
-    out = autoscaling.apply_decision({}, made, capacity=2, stamp=STAMP)
+    out = scaling_status.apply_decision({}, made, capacity=2, stamp=STAMP)
     assert out.update["desiredReplicas"] == 1 and not out.changed
 
 
 def test_itl_floor_uses_observed_ratio_over_the_prediction() -> None:
     predicted = {"itlMs": 20.0, "idleItlMs": 10.0}
-    assert autoscaling.itl_floor_ms(predicted, None) == 10.0
+    assert scaling_status.itl_floor_ms(predicted, None) == 10.0
     observed = {"itlMs": {"predicted": 12.0, "observed": 18.0, "ratio": 1.5}}
-    assert autoscaling.itl_floor_ms(predicted, observed) == 15.0
+    assert scaling_status.itl_floor_ms(predicted, observed) == 15.0
     # A plan made with a learned correction: the observed ratio replaces it, not multiplies it.
     corrected = {"idleItlMs": 12.0, "correction": {"itlFactor": 1.2}}
-    assert autoscaling.itl_floor_ms(corrected, observed) == pytest.approx(15.0)
-    assert autoscaling.itl_floor_ms({"itlMs": 20.0}, None) == 20.0
-    assert autoscaling.itl_floor_ms(None, observed) is None
+    assert scaling_status.itl_floor_ms(corrected, observed) == pytest.approx(15.0)
+    assert scaling_status.itl_floor_ms({"itlMs": 20.0}, None) == 20.0
+    assert scaling_status.itl_floor_ms(None, observed) is None
 
 
 def test_observation_marks_an_unfinished_rollout() -> None:
     def seen(rollout: dict[str, Any] | None) -> bool:
-        return autoscaling.observation(None, current=3, ready=3, capacity=4, rollout=rollout).rollout_in_progress
+        return scaling_status.observation(None, current=3, ready=3, capacity=4, rollout=rollout).rollout_in_progress
 
     assert seen({"state": "InProgress"}) and seen({"state": "Blocked"}) and seen({"state": "Failed"})
     assert not seen({"state": "Complete"}) and not seen(None)
@@ -131,6 +131,6 @@ def test_capacity_leaves_out_nodes_whose_taints_the_pods_do_not_tolerate() -> No
     tainted["spec"] = {"taints": [{"key": "team", "value": "a", "effect": "NoSchedule"}]}
     inv = planner.inventory_from_nodes([tainted, node("l2", "NVIDIA-L40S", 4)])
     plan = {"gpuProduct": "NVIDIA-L40S", "gpusPerNode": 4}
-    assert autoscaling.capacity_replicas(plan, inv, {}) == 1
+    assert scaling_status.capacity_replicas(plan, inv, {}) == 1
     tolerate = planner.placement.Toleration(key="team", operator="Equal", value="a", effect="NoSchedule")
-    assert autoscaling.capacity_replicas(plan, inv, {}, (tolerate,)) == 2
+    assert scaling_status.capacity_replicas(plan, inv, {}, (tolerate,)) == 2

@@ -1,0 +1,145 @@
+"""What the autoscaler decides around `autoscale.decide`, from plain data: the capacity bound from
+the GPUs that exist, HPA conflicts, the ITL floor, the Observation, and the status a Decision
+writes.
+
+Pure (no I/O); `autoscaling` gathers the inputs and applies the outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from shardwise import autoscale
+from shardwise.api import v1alpha1 as api
+from shardwise.autoscale import Decision, Observation
+from shardwise.conditions import Condition
+from shardwise.observe.aggregate import Summary
+from shardwise.planner import corrections, inventory, placement
+from shardwise.rollout import progress as rollout_progress
+from shardwise.rollout import room
+
+CONFLICT = "AutoscalingConflict"
+# Stabilization only reads the last window of records; this bounds the memory even when a window
+# is long and the period short.
+MAX_HISTORY = 64
+
+
+def capacity_replicas(plan: Mapping[str, Any], inv: inventory.Inventory,
+                      node_selector: Mapping[str, str],
+                      tolerations: Sequence[placement.Toleration] = ()) -> int | None:
+    """Replicas the planned GPU product can hold: free GPUs on usable nodes, in whole pods.
+
+    `inv` must be built without this deployment's own pods, so the GPUs its running replicas hold
+    count as free: the answer includes them. Nodes with taints the pods do not tolerate hold
+    none. The same accounting decides a rollout's strategy (rollout.room). None without a
+    usable plan (nothing to bound by).
+    """
+    return room.replicas_that_fit(plan, inv, node_selector=node_selector, tolerations=tolerations)
+
+
+def hpa_conflicts(hpas: list[dict[str, Any]], name: str) -> list[str]:
+    """Names of HorizontalPodAutoscalers whose scaleTargetRef is this InferenceDeployment."""
+    found = []
+    for hpa in hpas:
+        ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+        if ref.get("kind") == api.KIND and ref.get("name") == name \
+                and str(ref.get("apiVersion", api.GROUP)).split("/")[0] == api.GROUP:
+            found.append(hpa["metadata"]["name"])
+    return sorted(found)
+
+
+def itl_floor_ms(predicted: Mapping[str, Any] | None, compared: Mapping[str, Any] | None) -> float | None:
+    """An idle replica's inter-token latency: the floor that adding replicas cannot lower.
+
+    The plan predicts it (`idleItlMs`); where the status already holds observed versus predicted
+    ITL for this deployment (`status.prediction`), the observed ratio replaces whatever correction
+    the plan was made with, so the floor follows what the engines really do.
+    """
+    figures = predicted or {}
+    idle = figures.get("idleItlMs", figures.get("itlMs"))
+    if idle is None:
+        return None
+    ratio = ((compared or {}).get("itlMs") or {}).get("ratio")
+    if ratio:
+        planned = (figures.get("correction") or {}).get("itlFactor") or 1.0
+        return float(idle) / float(planned) * corrections.clamp(float(ratio))
+    return float(idle)
+
+
+def observation(summary: Summary | None, *, current: int, ready: int,
+                capacity: int | None, predicted: Mapping[str, Any] | None = None,
+                compared: Mapping[str, Any] | None = None,
+                expected_startup_s: float | None = None,
+                rollout: Mapping[str, Any] | None = None) -> Observation:
+    """What `decide` sees; no summary (no scrape yet) means no latency and no load known.
+
+    Scale-down projections count only the inter-token latency above an idle replica's
+    (`itl_floor_ms`: observed where the status has it, else the plan's prediction).
+    """
+    s = summary
+    return Observation(
+        itl_floor_ms=itl_floor_ms(predicted, compared),
+        expected_startup_s=expected_startup_s,
+        current_replicas=current,
+        replicas_ready=min(ready, current),
+        replicas_starting=max(0, current - ready),
+        ttft_p95_ms=s.ttft_p95_ms if s else None,
+        itl_p95_ms=s.itl_p95_ms if s else None,
+        e2e_p95_ms=s.e2e_p95_ms if s else None,
+        waiting=(s.waiting or 0.0) if s else 0.0,
+        running=(s.running or 0.0) if s else 0.0,
+        kv_cache_usage=s.kv_cache_usage if s else None,
+        requests_per_second=(s.requests_per_second or 0.0) if s else 0.0,
+        capacity_replicas=capacity,
+        rollout_in_progress=bool(rollout) and (rollout or {}).get("state") != rollout_progress.COMPLETE,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one evaluation writes and announces."""
+
+    update: dict[str, Any]
+    events: tuple[tuple[str, str, str], ...]  # (type, reason, message)
+    changed: bool
+
+
+def apply_decision(status: Mapping[str, Any], decision: Decision, *, capacity: int | None,
+                   stamp: str) -> Outcome:
+    """The status update and events for a decision; no update when nothing material changed.
+
+    Holds repeat every period with fresh numbers in their reason; writing each would make the
+    object churn, so the status moves only when the replica count or the capacity bound does.
+    """
+    previous = status.get("autoscaling") or {}
+    changed = decision.direction is not autoscale.Direction.HOLD
+    found: list[tuple[str, str, str]] = []
+    if changed:
+        reason = "ScaledUp" if decision.direction is autoscale.Direction.UP else "ScaledDown"
+        found.append(("Normal", reason, decision.event_message()))
+    if decision.capacity_limited and not previous.get("capacityLimited"):
+        found.append(("Warning", "InsufficientGPUCapacity",
+                      f"{decision.event_message()}: only {capacity} replicas fit on the GPUs that exist"))
+    material = {"desiredReplicas": decision.desired_replicas, "capacityLimited": decision.capacity_limited,
+                "capacityReplicas": capacity}
+    if previous and status.get("desiredReplicas") == decision.desired_replicas and all(
+            previous.get(k) == v for k, v in material.items() if v is not None):
+        return Outcome({}, tuple(found), changed)
+    summary: dict[str, Any] = {
+        **material,
+        "reason": decision.reason,
+        "lastScaleTime": stamp if changed else previous.get("lastScaleTime"),
+    }
+    update = {"desiredReplicas": decision.desired_replicas,
+              "autoscaling": {k: v for k, v in summary.items() if v is not None}}
+    return Outcome(update, tuple(found), changed)
+
+
+def conflict_condition(names: list[str]) -> Condition:
+    if names:
+        return Condition(CONFLICT, True, "HorizontalPodAutoscaler",
+                         f"HorizontalPodAutoscaler {', '.join(names)} targets this InferenceDeployment while "
+                         "spec.autoscaling is set; shardwise makes no scaling decision until one is removed")
+    return Condition(CONFLICT, False, "NoConflict", "no HorizontalPodAutoscaler targets this resource")
