@@ -81,11 +81,14 @@ class Streamed:
 
 
 class ClosedLoopClient:
-    """`concurrency` threads, each streaming chat requests back to back through the official
-    OpenAI client, recording when every chunk arrived."""
+    """`concurrency` threads, each streaming chat requests through the official OpenAI client,
+    recording when every chunk arrived; `think_s` is each thread's pause between requests (a user
+    reading the answer), which leaves the 2-core host slack so that the client's own clock reads
+    the engine's latency rather than CPU starvation of the client or vLLM's API front end."""
 
-    def __init__(self, base_url: str, model: str, *, concurrency: int = 2,
+    def __init__(self, base_url: str, model: str, *, concurrency: int = 2, think_s: float = 0.0,
                  max_tokens: tuple[int, ...] = (8, 16, 32), timeout_s: float = 120.0) -> None:
+        self.think_s = think_s
         self.client = openai.OpenAI(base_url=base_url, api_key="EMPTY", timeout=timeout_s, max_retries=0)
         self.model = model
         self.max_tokens = max_tokens
@@ -120,6 +123,7 @@ class ClosedLoopClient:
             n += 1
             with self._lock:
                 self.results.append(result)
+            self._stop.wait(self.think_s)
 
     def __enter__(self) -> "ClosedLoopClient":
         for thread in self._threads:

@@ -102,7 +102,7 @@ def test_real_engine_serves_and_the_status_agrees_with_the_client(
     engine_log = next((real_fleet.log_path.parent / f"real-{kubectl.namespace}").glob("*.log")).read_text()
     assert "changed from the rendered container: model meta-llama/Llama-3.1-8B-Instruct" in engine_log
 
-    with rs.ClosedLoopClient(f"http://{ip}:8000/v1", SERVED) as client:
+    with rs.ClosedLoopClient(f"http://{ip}:8000/v1", SERVED, think_s=0.3) as client:
         # The operator scrapes every 2 s over a 15 s window (COMPRESSED_TIMINGS): compare its
         # status with the client's figures over the same trailing 15 s, a few times over.
         last: Any = None
