@@ -116,6 +116,10 @@ class Recorder:
                     version = listed["metadata"]["resourceVersion"]
                     items = listed["items"]
                     with self._lock:
+                        # A relist (after 410 Gone) is a fresh snapshot: what it lacks was deleted meanwhile.
+                        present = {i["metadata"]["name"] for i in items}
+                        self.history.extend(("DELETED", o) for o in self._current().values()
+                                            if o["metadata"]["name"] not in present)
                         self.history.extend(("LISTED", i) for i in items)
                     self._listed.set()
                 stream = watch.Watch().stream(self._list, resource_version=version, timeout_seconds=5,
@@ -140,6 +144,15 @@ class Recorder:
                 self.errors.append(exc)
                 self._stop.wait(1)
 
+    def _current(self) -> dict[str, dict[str, Any]]:
+        objects: dict[str, dict[str, Any]] = {}
+        for kind, obj in self.history:
+            if kind == "DELETED":
+                objects.pop(obj["metadata"]["name"], None)
+            else:
+                objects[obj["metadata"]["name"]] = obj
+        return objects
+
     def snapshot(self) -> list[tuple[str, dict[str, Any]]]:
         with self._lock:
             return list(self.history)
@@ -161,6 +174,32 @@ def watch_infd(cluster: LocalCluster, namespace: str, name: str) -> Recorder:
     return Recorder(custom.list_namespaced_custom_object, to_dict=lambda o: o, group="shardwise.io",
                     version="v1alpha1", namespace=namespace, plural="inferencedeployments",
                     field_selector=f"metadata.name={name}")
+
+
+def watch_workload(cluster: LocalCluster, namespace: str, name: str) -> tuple[Recorder, Recorder]:
+    """The Deployment's versions, and its ReplicaSets' (the deployment controller's own bookkeeping)."""
+    api = config.new_client_from_config(str(cluster.kubeconfig))
+    apps = client.AppsV1Api(api)
+    to_dict = api.sanitize_for_serialization
+    return (Recorder(apps.list_namespaced_deployment, to_dict=to_dict, namespace=namespace,
+                     field_selector=f"metadata.name={name}"),
+            Recorder(apps.list_namespaced_replica_set, to_dict=to_dict, namespace=namespace,
+                     label_selector=f"{INSTANCE}={name}"))
+
+
+def replica_set_totals(history: list[tuple[str, dict[str, Any]]]) -> list[int]:
+    """The sum of the ReplicaSets' spec.replicas after each recorded change: what the deployment
+    controller bounds by replicas + maxSurge (pods follow it, each ReplicaSet's on its own)."""
+    sets: dict[str, int] = {}
+    out = []
+    for kind, rs in history:
+        name = rs["metadata"]["name"]
+        if kind == "DELETED":
+            sets.pop(name, None)
+        else:
+            sets[name] = (rs.get("spec") or {}).get("replicas", 0)
+        out.append(sum(sets.values()))
+    return out
 
 
 def ready_counts(history: list[tuple[str, dict[str, Any]]], start: int = 0) -> list[tuple[int, int]]:
@@ -232,19 +271,33 @@ def check_rollout(kubectl: Kubectl, cluster: LocalCluster, name: str, *, replica
                   floor: int) -> dict[str, Any]:
     """Edit the image and follow the rollout to its end; returns the final status.rollout."""
     ready_on(kubectl, name, replicas, OLD_IMAGE)
-    with watch_pods(cluster, kubectl.namespace, name) as pods, watch_infd(cluster, kubectl.namespace, name) as infd:
+    deployment, replica_sets = watch_workload(cluster, kubectl.namespace, name)
+    with watch_pods(cluster, kubectl.namespace, name) as pods, watch_infd(cluster, kubectl.namespace, name) as infd, \
+            deployment, replica_sets:
         start = len(pods.snapshot())
         edit_image(kubectl, name, NEW_IMAGE)
         final = ready_on(kubectl, name, replicas, NEW_IMAGE)
         history = pods.snapshot()
         statuses = rollout_statuses(infd, final["generation"])
-        assert not pods.errors and not infd.errors, (pods.errors, infd.errors)
+        recorders = (pods, infd, deployment, replica_sets)
+        assert not any(r.errors for r in recorders), [r.errors for r in recorders]
 
     counts = ready_counts(history, start)
     print(f"\n{strategy}: (ready, alive) after each pod change: {counts}")
     assert min(ready for ready, _ in counts) >= floor, counts
     if strategy == "ReplaceInPlace":
-        assert max(alive for _, alive in counts) <= replicas, f"a pod beyond {replicas} was made: {counts}"
+        # What the operator decides: every version of the Deployment with the new template says
+        # maxSurge 0 (no surge was ever rendered or applied), and so the deployment controller
+        # never asks for more than `replicas` pods in all. Pods themselves are not bounded: the
+        # old and new ReplicaSets' controllers delete and create independently, so a new pod can
+        # appear a moment before the old one it replaces is marked for deletion.
+        surges = [(d["metadata"].get("generation"), d["spec"]["strategy"].get("rollingUpdate"))
+                  for _, d in deployment.snapshot()
+                  if NEW_IMAGE in json.dumps(d["spec"]["template"])
+                  and (d["spec"]["strategy"].get("rollingUpdate") or {}).get("maxSurge") not in (0, "0", "0%")]
+        assert surges == [], f"the Deployment carried a surge with the new template: {surges}"
+        totals = replica_set_totals(replica_sets.snapshot())
+        assert max(totals) <= replicas, f"the ReplicaSets asked for more than {replicas} pods: {totals}"
     else:
         assert max(alive for _, alive in counts) == replicas + 1, f"no surge pod: {counts}"
     new_pods = {p["metadata"]["name"] for _, p in history if image_of(p) == NEW_IMAGE}

@@ -15,6 +15,9 @@ from typing import Any
 from kubernetes.client import ApiException
 
 
+NAMESPACE_TERMINATING = "NamespaceTerminating"
+
+
 class ReconcileError(Exception):
     permanent = False
 
@@ -63,7 +66,9 @@ def classify(exc: BaseException) -> ReconcileError:
     if exc.status in (400, 422):
         return PermanentError("ChildRejected", message)
     if exc.status == 403 and "because it is being terminated" in message:
-        return TemporaryError("NamespaceTerminating", message)  # the resource goes with it; nothing to report
+        # The resource goes with its namespace: nothing to report and nothing to retry (the
+        # deletion events end it). See `is_namespace_terminating`.
+        return TemporaryError(NAMESPACE_TERMINATING, message)
     if exc.status == 403:
         return PermanentError("QuotaExceeded" if "exceeded quota" in message else "Forbidden", message)
     if exc.status == 429:
@@ -71,3 +76,11 @@ def classify(exc: BaseException) -> ReconcileError:
     if exc.status == 409:
         return TemporaryError("Conflict", message)
     return TemporaryError("Unavailable", message, retry_after=_retry_after(exc))
+
+
+def is_namespace_terminating(exc: BaseException) -> bool:
+    """A write refused because its namespace is being deleted: drop the key, do not retry."""
+    try:
+        return classify(exc).reason == NAMESPACE_TERMINATING
+    except Exception:  # noqa: BLE001 - a malformed exception is simply not this one
+        return False

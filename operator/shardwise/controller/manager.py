@@ -29,7 +29,7 @@ from typing import Any
 import prometheus_client
 import urllib3
 
-from shardwise.controller import autoscaling, health, modelcache, observing
+from shardwise.controller import autoscaling, errors, health, modelcache, observing
 from shardwise.controller import reconcile as reconciling
 from shardwise.controller.cache import Caches, node_material, pod_owner
 from shardwise.controller.informer import Obj, wait_for_sync
@@ -112,6 +112,10 @@ class Manager:
         self.autoscaler = autoscaling.Autoscaler(self.kube, settings, self.observer.latest, self.request,
                                                  acting=self.acting)
         self.synced = threading.Event()
+        # Namespaces a write was refused in because they are being deleted: their keys are
+        # dropped until an InferenceDeployment is created there again (only possible once the
+        # namespace is gone and made anew).
+        self.terminating: set[str] = set()
         self.threads: list[threading.Thread] = []
         LEADER.set_function(lambda: 1.0 if self.acting() else 0.0)
         QUEUE_DEPTH.set_function(lambda: float(self.queue.pending()))
@@ -142,6 +146,8 @@ class Manager:
             operator_metrics.forget(meta["namespace"], meta["name"])
         elif needs_reconcile(old, new):
             assert new is not None
+            if old is None:
+                self.terminating.discard(new["metadata"]["namespace"])
             self.request(new["metadata"]["namespace"], new["metadata"]["name"])
 
     def _on_child(self, old: Obj | None, new: Obj | None) -> None:
@@ -194,6 +200,9 @@ class Manager:
                 self.queue.done(key)
 
     def _process(self, key: Key) -> None:
+        if key[0] in self.terminating:  # everything there goes with the namespace: nothing to do
+            self.queue.forget(key)
+            return
         RECONCILES.inc()
         try:
             with operator_metrics.RECONCILE_DURATION.labels("reconcile").time():
@@ -205,6 +214,13 @@ class Manager:
 
     def _requeue_after_failure(self, key: Key, exc: Exception) -> None:
         failures = self.queue.backoff.failures(key)
+        if errors.is_namespace_terminating(exc):
+            # The namespace and everything in it are being deleted: nothing to do, and no retry
+            # (the deletion events end the key; a hot retry would fight the namespace controller).
+            self.queue.forget(key)
+            self.terminating.add(key[0])
+            log.info("%s/%s: namespace %s is being terminated; nothing to do there", *key, key[0])
+            return
         if isinstance(exc, ApiException) and exc.status == 409:
             # Someone wrote the object since our copy (another loop, a user): redo from the
             # fresh copy, which the watch delivers within moments. Not an error.

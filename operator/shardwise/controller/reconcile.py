@@ -83,6 +83,10 @@ def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> Outc
             if obj["kind"] in rollouts.WORKLOAD_KINDS:  # the rollout strategy goes on with the template
                 obj = rendered_workload = rollouts.prepare(kube, spec, plan, obj, live, replicas,
                                                            namespace=namespace, name=name)
+            if live is not None and live["metadata"].get("deletionTimestamp"):
+                # Being deleted (by the garbage collector, the namespace controller or a person):
+                # applying would fight the deletion. Its deletion event brings us back to re-create it.
+                continue
             if live is None or not contains(live, obj):
                 try:
                     # Force only on objects we control (it takes back our own fields from other

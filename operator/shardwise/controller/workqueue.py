@@ -26,7 +26,9 @@ K = TypeVar("K", bound=Hashable)
 class Backoff(Generic[K]):
     """Per-key exponential backoff: client-go's ItemExponentialFailureRateLimiter plus jitter."""
 
-    def __init__(self, base: float = 0.005, cap: float = 300.0, jitter: float = 0.1,
+    # The base is 0.1 s, not client-go's 5 ms: that default leans on a global token bucket we do
+    # not have, and without one the first retries of a failing key run back to back ("0.0 s").
+    def __init__(self, base: float = 0.1, cap: float = 300.0, jitter: float = 0.1,
                  rand: Callable[[], float] = random.random) -> None:
         self.base, self.cap, self.jitter = base, cap, jitter
         self._failures: dict[K, int] = {}

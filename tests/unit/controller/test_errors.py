@@ -48,3 +48,10 @@ def test_anything_else_is_temporary() -> None:
 def test_a_typed_error_passes_through() -> None:
     original = errors.PermanentError("ChildConflict", "Service/x is not ours")
     assert errors.classify(original) is original
+
+
+def test_a_terminating_namespace_is_recognised_and_nothing_else_is() -> None:
+    terminating = 'services "x" is forbidden: unable to create new content in namespace t because it is being terminated'
+    assert errors.is_namespace_terminating(api_error(403, terminating))
+    assert not errors.is_namespace_terminating(api_error(403, "exceeded quota: zero"))
+    assert not errors.is_namespace_terminating(ConnectionResetError("peer reset"))

@@ -94,3 +94,8 @@ def test_workers_never_process_one_key_at_once() -> None:
         t.join()
     assert overlaps == []
     assert 7 <= processed[0] <= 4000 and q.pending() == 0
+
+
+def test_the_first_retry_of_a_failure_is_not_hot() -> None:
+    backoff: Backoff[str] = Backoff(rand=lambda: 0.0)
+    assert backoff.when("a") >= 0.1
