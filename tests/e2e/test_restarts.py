@@ -65,8 +65,11 @@ def test_ten_restarts_change_no_plan_roll_no_pod_and_raise_no_warning(operator: 
                                                                       kubectl: Kubectl) -> None:
     kubectl.apply_yaml("---\n".join(manifest(i) for i in range(COUNT)))
     eventually(lambda: all_ready(kubectl), timeout=240, what=f"all {COUNT} deployments Ready")
-    eventually(lambda: all(any(c["type"] == "MetricsAvailable" for c in i["status"]["conditions"])
-                           for i in all_ready(kubectl)), timeout=60, what="the observer's first verdicts")
+    # The observer's verdict on the ready pods (True or False; Unknown means it has not scraped
+    # them yet, and its first scrape would move the condition after the baseline is taken).
+    eventually(lambda: all(any(c["type"] == "MetricsAvailable" and c["status"] in ("True", "False")
+                               for c in i["status"]["conditions"])
+                           for i in all_ready(kubectl)), timeout=90, what="the observer's verdicts on ready pods")
     eventually(lambda: operator.settled(min_reconciles=COUNT), timeout=60, what="the operator to settle")
     before = snapshot(kubectl)
     products = {s["plan"]["gpuProduct"] for s in before.values()}
