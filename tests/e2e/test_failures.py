@@ -73,6 +73,11 @@ def test_kubelet_failures_show_as_their_reason(operator: OperatorProcess, kubect
 def test_resource_quota_of_zero_shows_as_quota_exceeded(operator: OperatorProcess, kubectl: Kubectl) -> None:
     kubectl.apply_yaml(yaml.safe_dump({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "zero"},
                                        "spec": {"hard": {"pods": "0"}}}))
+    # As a quota in a real namespace would be: its usage computed before the pods come. Until the quota
+    # controller has done so, admission refuses with "status unknown for quota", and the ReplicaSet
+    # controller keeps the first refusal it saw on the condition (unit-tested as a quota refusal too).
+    eventually(lambda: (kubectl.get("resourcequota", "zero") or {}).get("status", {}).get("hard"), timeout=120,
+               what="the quota controller to compute quota zero")
     kubectl.apply_yaml(model("quota"))
     expect_reason(kubectl, "quota", "QuotaExceeded", "exceeded quota: zero")
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from kubernetes.client import ApiException
 
+from shardwise.controller.workload_health import is_quota_refusal
+
 
 NAMESPACE_TERMINATING = "NamespaceTerminating"
 
@@ -70,7 +72,7 @@ def classify(exc: BaseException) -> ReconcileError:
         # deletion events end it). See `is_namespace_terminating`.
         return TemporaryError(NAMESPACE_TERMINATING, message)
     if exc.status == 403:
-        return PermanentError("QuotaExceeded" if "exceeded quota" in message else "Forbidden", message)
+        return PermanentError("QuotaExceeded" if is_quota_refusal(message) else "Forbidden", message)
     if exc.status == 429:
         return TemporaryError("TooManyRequests", message, retry_after=_retry_after(exc))
     if exc.status == 409:

@@ -26,6 +26,16 @@ _WAITING = {"ImagePullBackOff": "ImagePullBackOff", "ErrImagePull": "ImagePullBa
             "CreateContainerError": "CreateContainerError", "RunContainerError": "RunContainerError"}
 
 
+# The ResourceQuota admission plugin's two refusals: over the limit, and a quota whose usage the
+# quota controller has not computed yet (a quota created moments before the pods). Both refuse pods
+# until the quota changes, and the ReplicaSet controller keeps the first message it saw.
+_QUOTA_REFUSALS = ("exceeded quota", "status unknown for quota")
+
+
+def is_quota_refusal(message: str) -> bool:
+    return any(marker in message for marker in _QUOTA_REFUSALS)
+
+
 @dataclass(frozen=True)
 class Failure:
     reason: str
@@ -44,7 +54,7 @@ def workload_failure(workload: dict[str, Any] | None) -> Failure | None:
     failure = _condition(workload, "ReplicaFailure")
     if failure is not None and failure.get("status") == "True":
         message = (failure.get("message") or "").strip()
-        reason = "QuotaExceeded" if "exceeded quota" in message else "ReplicaFailure"
+        reason = "QuotaExceeded" if is_quota_refusal(message) else "ReplicaFailure"
         return Failure(reason, f"{kind} {name} cannot create pods: {message}")
     progressing = _condition(workload, "Progressing")
     if progressing is not None and progressing.get("status") == "False" \

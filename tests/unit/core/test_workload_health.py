@@ -39,6 +39,13 @@ def test_quota_is_read_from_replica_failure() -> None:
     assert failure and failure.reason == "QuotaExceeded" and "limited: pods=0" in failure.message
 
 
+def test_a_quota_with_usage_not_yet_computed_is_a_quota_refusal() -> None:
+    failure = workload_failure(with_conditions(deployment(1, 0), {
+        "type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+        "message": 'pods "m-7d9-x" is forbidden: status unknown for quota: zero, resources: pods'}))
+    assert failure and failure.reason == "QuotaExceeded" and "status unknown for quota: zero" in failure.message
+
+
 def test_other_replica_failures_keep_the_admission_message() -> None:
     failure = workload_failure(with_conditions(deployment(1, 0), {
         "type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": "denied by policy x"}))
