@@ -24,6 +24,7 @@ import pathlib
 import ssl
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from typing import Any
@@ -58,14 +59,13 @@ class Api:
         with urllib.request.urlopen(request, timeout=120, context=self.context) as response:
             return json.loads(response.read())
 
-    def items(self, path: str) -> list[dict[str, Any]]:
-        out, token = [], ""
-        while True:
-            page = self.call("GET", f"{path}{'&' if '?' in path else '?'}limit=2000" + (f"&continue={token}" if token else ""))
-            out += page.get("items") or []
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return out
+    def stream(self, path: str) -> Any:
+        """The events of a watch, one parsed line at a time."""
+        request = urllib.request.Request(self.server + path, headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, timeout=700, context=self.context) as response:
+            for line in response:
+                if line.strip():
+                    yield json.loads(line)
 
 
 class Operator:
@@ -118,6 +118,11 @@ class Operator:
         self.process.stop()
 
 
+def triggers(metrics: dict[str, float]) -> dict[str, float]:
+    prefix = 'shardwise_reconcile_triggers_total{source="'
+    return {k[len(prefix):-2]: v for k, v in metrics.items() if k.startswith(prefix)}
+
+
 def requests_by_method(metrics: dict[str, float]) -> dict[str, float]:
     prefix = 'shardwise_api_requests_total{verb="'
     return {k[len(prefix):-2]: v for k, v in metrics.items() if k.startswith(prefix)}
@@ -154,6 +159,91 @@ def manifest(name: str, namespace: str) -> dict[str, Any]:
                      "parallelism": {"objective": "Cost"}, "replicas": 1}}
 
 
+class Watch:
+    """First times seen, relative to `start`: each child Deployment, each pod Ready, each Ready."""
+
+    def __init__(self, api: Api) -> None:
+        self.api, self.start = api, time.monotonic()
+        self.children: dict[str, float] = {}
+        self.first_pod_ready: dict[str, float] = {}
+        self.first_ready: dict[str, float] = {}
+        self._stop = False
+        self._lock = threading.Lock()
+        for path, handle in ((f"/apis/apps/v1/deployments?labelSelector={LABEL}", self._deployment),
+                             (f"/api/v1/pods?labelSelector={LABEL}", self._pod),
+                             ("/apis/shardwise.io/v1alpha1/inferencedeployments", self._infd)):
+            threading.Thread(target=self._run, args=(path, handle), daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def _now(self) -> float:
+        return time.monotonic() - self.start
+
+    def _deployment(self, obj: dict[str, Any]) -> None:
+        self.children.setdefault(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}", self._now())
+
+    def _pod(self, obj: dict[str, Any]) -> None:
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions") or []):
+            owner = f"{obj['metadata']['namespace']}/{obj['metadata']['labels'][LABEL]}"
+            self.first_pod_ready.setdefault(owner, self._now())
+
+    def _infd(self, obj: dict[str, Any]) -> None:
+        if (obj.get("status") or {}).get("phase") == "Ready":
+            self.first_ready.setdefault(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}", self._now())
+
+    def _run(self, path: str, handle: Any) -> None:
+        rv = ""
+        while not self._stop:
+            if not rv:
+                listed = self.api.call("GET", path)
+                rv = listed["metadata"]["resourceVersion"]
+                for obj in listed.get("items") or []:
+                    with self._lock:
+                        handle(obj)
+            try:
+                for event in self.api.stream(f"{path}{'&' if '?' in path else '?'}watch=true&resourceVersion={rv}"
+                                             "&allowWatchBookmarks=true&timeoutSeconds=600"):
+                    if self._stop:
+                        return
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        rv = ""  # expired: list again
+                        break
+                    rv = obj.get("metadata", {}).get("resourceVersion") or rv
+                    if event.get("type") in ("ADDED", "MODIFIED"):
+                        with self._lock:
+                            handle(obj)
+            except OSError:
+                time.sleep(0.5)
+
+    @staticmethod
+    def _all(seen: dict[str, float], n: int) -> float | None:
+        return max(seen.values()) if len(seen) >= n else None
+
+    def time_all_children(self, n: int) -> float | None:
+        return self._all(self.children, n)
+
+    def time_all_pods_ready(self, n: int) -> float | None:
+        return self._all(self.first_pod_ready, n)
+
+    def time_all_ready(self, n: int) -> float | None:
+        return self._all(self.first_ready, n)
+
+
+def wait_for_settled_nodes(api: Api, timeout: float = 300.0) -> None:
+    """The deployments go onto an existing cluster: wait until the node controller has labelled the
+    new nodes and lifted their not-ready taints (about 9 nodes a second on this machine)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        nodes = api.call("GET", "/api/v1/nodes")["items"]
+        if all("beta.kubernetes.io/os" in n["metadata"].get("labels", {}) and not n["spec"].get("taints")
+               for n in nodes):
+            return
+        time.sleep(2.0)
+    raise TimeoutError("nodes did not settle")
+
+
 def converge(n: int, nodes: int) -> dict[str, Any]:
     work = pathlib.Path(tempfile.mkdtemp(prefix=f"shardwise-scale-{n}-"))
     cluster = LocalCluster(work)
@@ -165,39 +255,28 @@ def converge(n: int, nodes: int) -> dict[str, Any]:
         for ns in NAMESPACES:
             cluster.kubectl("create", "namespace", ns)
         api = Api(cluster)
+        wait_for_settled_nodes(api)
         operator = Operator(cluster, cluster.log_dir / "operator.log").start()
         operator.wait(lambda m: m.get("shardwise_leader") == 1, 120, "operator leading")
 
         docs = [manifest(f"m-{i:04d}", NAMESPACES[i % len(NAMESPACES)]) for i in range(n)]
         path = work / "infds.yaml"
         path.write_text(yaml.safe_dump_all(docs))
-        start = time.monotonic()
+        watch = Watch(api)
+        start = watch.start = time.monotonic()
         cluster.kubectl("create", "-f", str(path))
         applied = time.monotonic() - start
 
-        first_pod_ready: dict[str, float] = {}
-        first_ready: dict[str, float] = {}
-        t_children = t_pods = t_ready = None
-        while t_ready is None or t_pods is None:
-            now = time.monotonic() - start
+        # Watches, not polling: listing every pod and InferenceDeployment each second would cost
+        # the API server more than the operator does (a user watches with `kubectl get -w`).
+        while watch.time_all_ready(n) is None or watch.time_all_pods_ready(n) is None:
             if time.monotonic() - start > 900:
-                raise TimeoutError(f"not converged in 900 s: {len(first_ready)} Ready, {len(first_pod_ready)} pods")
-            if t_children is None:
-                children = api.items(f"/apis/apps/v1/deployments?labelSelector={LABEL}")
-                if len(children) >= n:
-                    t_children = now
-            for pod in api.items(f"/api/v1/pods?labelSelector={LABEL}"):
-                owner = f"{pod['metadata']['namespace']}/{pod['metadata']['labels'][LABEL]}"
-                if any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or []):
-                    first_pod_ready.setdefault(owner, now)
-            for item in api.items("/apis/shardwise.io/v1alpha1/inferencedeployments"):
-                if (item.get("status") or {}).get("phase") == "Ready":
-                    first_ready.setdefault(f"{item['metadata']['namespace']}/{item['metadata']['name']}", now)
-            if t_pods is None and len(first_pod_ready) >= n:
-                t_pods = now
-            if t_ready is None and len(first_ready) >= n:
-                t_ready = now
+                raise TimeoutError(f"not converged in 900 s: {len(watch.first_ready)} Ready, "
+                                   f"{len(watch.first_pod_ready)} pods")
             time.sleep(1.0)
+        t_children, t_pods, t_ready = watch.time_all_children(n), watch.time_all_pods_ready(n), watch.time_all_ready(n)
+        first_ready, first_pod_ready = watch.first_ready, watch.first_pod_ready
+        watch.stop()
         lag = sorted(first_ready[k] - first_pod_ready.get(k, first_ready[k]) for k in first_ready)
 
         operator.wait(lambda m: m.get("shardwise_workqueue_depth") == 0, 120, "queue drained")
@@ -208,7 +287,7 @@ def converge(n: int, nodes: int) -> dict[str, Any]:
         converging = {"reconciles": m.get("shardwise_reconciles_total", 0),
                       "status_writes": len(status_writes),
                       "writes": len([w for w in writes if w["objectRef"].get("resource") != "leases"]),
-                      "requests": requests_by_method(m)}
+                      "requests": requests_by_method(m), "triggers": triggers(m)}
 
         time.sleep(15.0)  # let the last events settle before the idle minute
         before_m, before_p, before_w = operator.metrics(), operator.proc(), audit_writes(cluster)
@@ -218,6 +297,7 @@ def converge(n: int, nodes: int) -> dict[str, Any]:
         new_writes = after_w[len(before_w):]
         return {
             "n": n, "nodes": nodes, "apply_s": round(applied, 1),
+            "all_ready_after_apply_s": round(t_ready - applied, 1),
             "all_children_s": round(t_children or 0, 1), "all_pods_ready_s": round(t_pods, 1),
             "all_ready_s": round(t_ready, 1),
             "ready_after_pod_s_p50_max": [round(lag[len(lag) // 2], 1), round(lag[-1], 1)],
@@ -225,6 +305,7 @@ def converge(n: int, nodes: int) -> dict[str, Any]:
             "status_writes_per_resource": round(converging["status_writes"] / n, 2),
             "writes_per_resource": round(converging["writes"] / n, 2),
             "converging_requests": converging["requests"],
+            "converging_triggers": converging["triggers"],
             "idle_requests_per_min_excl_watch": round(sum(v for k, v in idle_requests.items() if k != "WATCH"), 1),
             "idle_requests_by_method": idle_requests,
             "idle_writes_per_min": len([w for w in new_writes if w["objectRef"].get("resource") != "leases"]),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -64,6 +64,9 @@ class Kube:
         # controller-runtime's cache-backed client: a steady-state reconcile makes no read
         # request. Without it (tools, tests) every read goes to the API server.
         self.cache: Caches | None = None
+        # Where events go: posted at once without one (tools, tests), or handed to the manager's
+        # EventSink, which posts them from its own thread.
+        self.event_sink: Callable[[dict[str, Any]], None] | None = None
 
     def request(self, method: str, path: str, *, query: dict[str, Any] | None = None, body: Any = None,
                 content_type: str = "application/json", timeout: float = 30.0) -> Any:
@@ -207,6 +210,12 @@ class Kube:
         return live
 
     def create_event(self, event: dict[str, Any]) -> None:
+        if self.event_sink is not None:
+            self.event_sink(event)
+        else:
+            self.post_event(event)
+
+    def post_event(self, event: dict[str, Any]) -> None:
         self.request("POST", collection_path("v1", "Event", event["metadata"]["namespace"]), body=event)
 
 

@@ -31,17 +31,31 @@ def replan_token(metadata: dict[str, Any]) -> str:
     return str((metadata.get("annotations") or {}).get(REPLAN_ANNOTATION, ""))
 
 
+def _node_fits(plan: dict[str, Any], node: dict[str, Any] | None) -> bool:
+    if node is None:
+        return False
+    labels = node.get("metadata", {}).get("labels", {})
+    allocatable = int((node.get("status", {}).get("allocatable") or {}).get("nvidia.com/gpu", "0") or 0)
+    return labels.get("nvidia.com/gpu.product") == plan.get("gpuProduct") and allocatable >= int(
+        plan.get("gpusPerNode") or 0)
+
+
 def still_placeable(plan: dict[str, Any], nodes: list[dict[str, Any]]) -> bool:
     """Do nodes of the planned product with enough GPUs for one pod still exist, enough of them?"""
-    wanted = plan.get("gpuProduct")
-    per_node = int(plan.get("gpusPerNode") or 0)
-    fitting = 0
-    for node in nodes:
-        labels = node.get("metadata", {}).get("labels", {})
-        allocatable = int((node.get("status", {}).get("allocatable") or {}).get("nvidia.com/gpu", "0") or 0)
-        if labels.get("nvidia.com/gpu.product") == wanted and allocatable >= per_node:
-            fitting += 1
+    fitting = sum(1 for node in nodes if _node_fits(plan, node))
     return fitting >= int(plan.get("nodesPerReplica") or 1)
+
+
+def node_change_matters(plan: dict[str, Any], old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """Can this node change move a deployment's plan? (Which deployments a node event reconciles.)
+
+    A deployment without a feasible plan may fit now; one with a plan is re-planned only when its
+    nodes are gone (`needs_new_plan`), so only a node that stopped fitting its plan matters. Labels
+    the node controller adds, a taint lifted, a heartbeat: none of them reconcile 500 deployments.
+    """
+    if not plan.get("feasible"):
+        return True
+    return _node_fits(plan, old) and not _node_fits(plan, new)
 
 
 def needs_new_plan(current: dict[str, Any] | None, fingerprint: str, token: str,

@@ -11,7 +11,7 @@ from typing import Any
 from shardwise import conditions
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 from shardwise.conditions import Condition
-from shardwise.controller.workload_health import Failure, pod_failure, unschedulable, workload_failure
+from shardwise.controller.workload_health import Failure, pod_failure, pod_is_ready, unschedulable, workload_failure
 from shardwise.render import children, labels, leaderworkerset
 from shardwise.rollout import progress as rollout_progress
 
@@ -72,8 +72,32 @@ def _workload_counts(workload: dict[str, Any] | None) -> tuple[int, int, int, bo
     return int(st.get("replicas", 0)), int(st.get("readyReplicas", 0)), int(st.get("updatedReplicas", 0)), observed
 
 
-def workload_ready(workload: dict[str, Any], desired: int) -> bool:
+def _ready_ahead(workload: dict[str, Any] | None, pods: list[dict[str, Any]], desired: int) -> int:
+    """Ready replicas, read from the pods when the workload's status has not caught up yet.
+
+    The deployment controller reports a pod's readiness seconds after the kubelet (its writes are
+    rate-limited: 20 a second for the whole controller manager by default, shared with every
+    ReplicaSet, Endpoints and Event write), so with hundreds of deployments converging, Ready
+    would lag its pods by that much. Only where the pods cannot be of an older template: the
+    controller has observed the current generation and runs exactly `desired` pods, all updated,
+    and no other pod of this deployment exists. Multi-node groups keep their LeaderWorkerSet's count.
+    """
     replicas, ready, updated, observed = _workload_counts(workload)
+    if workload is None or workload.get("kind") != "Deployment" or not observed \
+            or replicas != desired or updated < desired:
+        return ready
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    if len(live) != desired:
+        return ready
+    return max(ready, sum(1 for p in live if pod_is_ready(p)))
+
+
+def workload_ready(workload: dict[str, Any], desired: int, pods: list[dict[str, Any]] | None = None) -> bool:
+    """Serving `desired` replicas, all of the current template; `pods` (the deployment's own) let
+    readiness be read ahead of the workload's status."""
+    replicas, ready, updated, observed = _workload_counts(workload)
+    if pods is not None:
+        ready = _ready_ahead(workload, pods, desired)
     return observed and replicas == desired and updated >= desired and ready >= desired
 
 
@@ -115,7 +139,8 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
     `rollout`, while one is tracked, adds status.rollout, and while it is active its words replace the
     generic Progressing/Degraded ones."""
     desired = desired_replicas(spec, status)
-    replicas, ready, _, _ = _workload_counts(workload)
+    replicas, _, _, _ = _workload_counts(workload)
+    ready = _ready_ahead(workload, pods, desired)
     updates: list[Condition] = []
 
     if plan.get("feasible"):
@@ -139,7 +164,7 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
                     Condition("Degraded", False, "AsExpected", "")]
     else:
         counts = f"{ready}/{desired} replicas ready"
-        is_ready = workload is not None and workload_ready(workload, desired)
+        is_ready = workload is not None and workload_ready(workload, desired, pods)
         failure = None if is_ready else (workload_failure(workload) or pod_failure(pods))
         waiting = None if is_ready else unschedulable(pods)
         if failure is not None:

@@ -4,7 +4,11 @@
 - a key being processed is never handed to a second worker: if it is added meanwhile, it is
   marked dirty and queued again when `done(key)` is called, so the change is not lost;
 - `add_after(key, delay)` schedules an add; `add_rate_limited(key)` schedules it after the key's
-  own exponential backoff (base * 2^failures, capped, with jitter), `forget(key)` resets that.
+  own exponential backoff (base * 2^failures, capped, with jitter), `forget(key)` resets that;
+- priorities, as controller-runtime's priority queue: a higher one is handed out first, FIFO
+  within one; adding a waiting key with a higher priority raises it, never lowers it. The manager
+  puts work that finishes a resource (a child's status moved) before new resources, and bulk
+  re-enqueues (startup, resync) after both, so readiness never waits behind a backlog of creations.
 
 One condition variable guards everything; it is never held while a caller does any I/O.
 """
@@ -16,11 +20,13 @@ import itertools
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
+
+# Priorities the manager uses; any int works, higher first.
+LOW, NORMAL, HIGH = -1, 0, 1
 
 
 class Backoff(Generic[K]):
@@ -60,38 +66,37 @@ class WorkQueue(Generic[K]):
         self.backoff: Backoff[K] = backoff or Backoff()
         self._clock = clock
         self._cond = threading.Condition()
-        self._queue: deque[K] = deque()
-        self._dirty: set[K] = set()  # waiting to be processed (in _queue, or re-added while processing)
+        # Waiting keys and their priority: queued, or re-added while processing (then queued on `done`).
+        self._dirty: dict[K, int] = {}
         self._processing: set[K] = set()
-        self._delayed: list[tuple[float, int, K]] = []  # heap of (due, seq, key)
+        # Heap of (-priority, seq, key). Raising a key's priority pushes a second entry; entries that
+        # no longer match `_dirty` (or whose key is being processed) are skipped when popped.
+        self._ready: list[tuple[int, int, K]] = []
+        self._delayed: list[tuple[float, int, K, int]] = []  # heap of (due, seq, key, priority)
         self._seq = itertools.count()
         self._shutdown = False
         self.adds = 0  # every add call, collapsed or not (for metrics and tests)
 
     # -- producers ---------------------------------------------------------------------------
-    def add(self, key: K) -> None:
+    def add(self, key: K, priority: int = NORMAL) -> None:
         with self._cond:
             self.adds += 1
-            if self._shutdown or key in self._dirty:
-                return
-            self._dirty.add(key)
-            if key not in self._processing:
-                self._queue.append(key)
-                self._cond.notify()
+            if not self._shutdown:
+                self._add(key, priority)
 
-    def add_after(self, key: K, delay: float) -> None:
+    def add_after(self, key: K, delay: float, priority: int = NORMAL) -> None:
         if delay <= 0:
-            self.add(key)
+            self.add(key, priority)
             return
         with self._cond:
             if self._shutdown:
                 return
-            heapq.heappush(self._delayed, (self._clock() + delay, next(self._seq), key))
+            heapq.heappush(self._delayed, (self._clock() + delay, next(self._seq), key, priority))
             self._cond.notify()
 
-    def add_rate_limited(self, key: K) -> float:
+    def add_rate_limited(self, key: K, priority: int = NORMAL) -> float:
         delay = self.backoff.when(key)
-        self.add_after(key, delay)
+        self.add_after(key, delay, priority)
         return delay
 
     def forget(self, key: K) -> None:
@@ -104,10 +109,10 @@ class WorkQueue(Generic[K]):
         with self._cond:
             while True:
                 self._promote_due()
-                if self._queue:
-                    key = self._queue.popleft()
+                key = self._pop_ready()
+                if key is not None:
                     self._processing.add(key)
-                    self._dirty.discard(key)
+                    del self._dirty[key]
                     return key
                 if self._shutdown:
                     raise ShutDown()
@@ -125,8 +130,7 @@ class WorkQueue(Generic[K]):
         with self._cond:
             self._processing.discard(key)
             if key in self._dirty:  # added again while it was processed: run it once more
-                self._queue.append(key)
-                self._cond.notify()
+                self._push_ready(key, self._dirty[key])
 
     def shut_down(self) -> None:
         with self._cond:
@@ -134,19 +138,40 @@ class WorkQueue(Generic[K]):
             self._cond.notify_all()
 
     def __len__(self) -> int:
+        """Keys waiting to be handed out."""
         with self._cond:
-            return len(self._queue)
+            return self._waiting()
 
     def pending(self) -> int:
         """Keys queued, processing or scheduled: zero means nothing is left to do."""
         with self._cond:
-            return len(self._queue) + len(self._processing) + len(self._delayed)
+            return self._waiting() + len(self._processing) + len(self._delayed)
+
+    # -- under the lock ----------------------------------------------------------------------
+    def _waiting(self) -> int:
+        return sum(1 for key in self._dirty if key not in self._processing)
+
+    def _add(self, key: K, priority: int) -> None:
+        current = self._dirty.get(key)
+        if current is not None and current >= priority:
+            return  # collapsed into the waiting add
+        self._dirty[key] = priority
+        if key not in self._processing:
+            self._push_ready(key, priority)
+
+    def _push_ready(self, key: K, priority: int) -> None:
+        heapq.heappush(self._ready, (-priority, next(self._seq), key))
+        self._cond.notify()
+
+    def _pop_ready(self) -> K | None:
+        while self._ready:
+            negative, _, key = heapq.heappop(self._ready)
+            if self._dirty.get(key) == -negative and key not in self._processing:
+                return key
+        return None
 
     def _promote_due(self) -> None:
         now = self._clock()
         while self._delayed and self._delayed[0][0] <= now:
-            _, _, key = heapq.heappop(self._delayed)
-            if key not in self._dirty:
-                self._dirty.add(key)
-                if key not in self._processing:
-                    self._queue.append(key)
+            _, _, key, priority = heapq.heappop(self._delayed)
+            self._add(key, priority)

@@ -76,6 +76,11 @@ class LocalCluster:
                 # kwok renews node leases; the grace period is long because on a busy 2-core
                 # machine a late renewal would mark every pod NotReady and kwok never flips it back.
                 "--concurrent-gc-syncs=5", "--node-monitor-grace-period=180s",
+                # Upstream's client limit (20 requests/s, burst 30, shared by every controller) is
+                # sized for small clusters: with hundreds of Deployments converging, ReplicaSet and
+                # Deployment status then trail their pods by a minute. Managed offerings raise it
+                # (Huawei CCE defaults to 100; 200 past 1,000 nodes); so does this control plane.
+                "--kube-api-qps=100", "--kube-api-burst=100",
             ])
             self._start("kube-scheduler", [
                 str(self.bins["kube-scheduler"]), f"--kubeconfig={self.kubeconfig}",

@@ -1,6 +1,6 @@
 """What enqueues a reconcile, and the plan inputs that must not move a running model."""
 
-from shardwise.controller.manager import needs_reconcile, pod_trouble
+from shardwise.controller.manager import needs_reconcile, pod_signal
 from shardwise.controller.planning import pods_of_others
 
 
@@ -22,13 +22,24 @@ def pod(**status: object) -> dict:
     return {"metadata": {"name": "p"}, "status": {"phase": "Running", **status}}
 
 
-def test_pod_progress_is_not_trouble_but_scheduling_and_container_failures_are() -> None:
-    assert pod_trouble(pod(podIP="1.2.3.4")) == pod_trouble(pod(podIP="1.2.3.5", conditions=[{"type": "Ready"}]))
+def test_pod_progress_signals_nothing_but_readiness_scheduling_and_container_failures_do() -> None:
+    pending = pod(phase="Pending")
+    assert pod_signal(None) == pod_signal(pending), "a new pod is no news"
+    scheduled = pod(phase="Pending", conditions=[{"type": "PodScheduled", "status": "True"}])
+    started = pod(podIP="1.2.3.5", containerStatuses=[{"state": {"running": {}}}])
+    assert pod_signal(pending) == pod_signal(scheduled) == pod_signal(started), "normal progress"
+    ready = pod(conditions=[{"type": "Ready", "status": "True"}])
+    assert pod_signal(ready) != pod_signal(started), "readiness is read ahead of the workload's status"
+    assert pod_signal(None) != pod_signal(ready), "a ready pod went away"
     unschedulable = pod(conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}])
-    assert pod_trouble(unschedulable) != pod_trouble(pod())
+    assert pod_signal(unschedulable) != pod_signal(pending)
     crashing = pod(containerStatuses=[{"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 3,
-                                       "lastState": {"terminated": {"reason": "OOMKilled"}}}])
-    assert pod_trouble(crashing) != pod_trouble(pod(containerStatuses=[{"state": {"running": {}}}]))
+                                       "lastState": {"terminated": {"reason": "Error", "exitCode": 1}}}])
+    assert pod_signal(crashing)[0] == "CrashLoopBackOff" and pod_signal(crashing) != pod_signal(started)
+    crashed_again = pod(containerStatuses=[{"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 4,
+                                            "lastState": {"terminated": {"reason": "Error", "exitCode": 1}}}])
+    assert pod_signal(crashed_again) == pod_signal(crashing), "one more restart is the same trouble"
+    assert pod_signal(pod(phase="Failed")) != pod_signal(started)
 
 
 def test_a_deployments_own_pods_do_not_count_against_its_plan() -> None:

@@ -2,7 +2,7 @@
 
 import threading
 
-from shardwise.controller.workqueue import Backoff, WorkQueue
+from shardwise.controller.workqueue import HIGH, LOW, NORMAL, Backoff, WorkQueue
 
 
 class Clock:
@@ -48,6 +48,59 @@ def test_add_after_waits_for_its_time_and_collapses_with_a_queued_key() -> None:
     assert q.get(timeout=0) == "b"
     q.done("b")
     assert q.get(timeout=0) is None
+
+
+def test_higher_priorities_go_first_fifo_within_one() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("bulk-1", LOW)
+    q.add("new-1")
+    q.add("ready-1", HIGH)
+    q.add("bulk-2", LOW)
+    q.add("new-2", NORMAL)
+    q.add("ready-2", HIGH)
+    assert [q.get(timeout=0) for _ in range(6)] == ["ready-1", "ready-2", "new-1", "new-2", "bulk-1", "bulk-2"]
+    assert len(q) == 0
+
+
+def test_adding_a_waiting_key_raises_its_priority_but_never_lowers_it() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    for key in ("a", "b", "c"):
+        q.add(key, LOW)
+    q.add("c", HIGH)  # raised: jumps the line, and is handed out once
+    q.add("a", LOW)
+    q.add("b", LOW)
+    assert len(q) == 3
+    assert q.get(timeout=0) == "c"
+    q.add("a", HIGH)
+    q.add("a", LOW)  # does not undo the raise
+    assert [q.get(timeout=0), q.get(timeout=0), q.get(timeout=0)] == ["a", "b", None]
+
+
+def test_a_key_re_added_while_processing_keeps_the_highest_priority_it_was_given() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    assert q.get(timeout=0) == "a"
+    q.add("a", LOW)
+    q.add("a", HIGH)
+    q.add("b", NORMAL)
+    assert q.get(timeout=0) == "b"  # "a" is still being processed
+    q.done("a")
+    q.add("c", NORMAL)
+    assert q.get(timeout=0) == "a"  # queued again on done, at HIGH: before "c"
+    q.done("a")
+    q.done("b")
+    assert q.get(timeout=0) == "c"
+    q.done("c")
+    assert q.pending() == 0
+
+
+def test_a_delayed_add_keeps_its_priority() -> None:
+    clock = Clock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
+    q.add("new")
+    q.add_after("ready", 1.0, HIGH)
+    clock.now = 1.0
+    assert [q.get(timeout=0), q.get(timeout=0)] == ["ready", "new"]
 
 
 def test_backoff_grows_per_key_is_capped_jittered_and_forgotten() -> None:

@@ -39,6 +39,20 @@ def test_plan_kept_while_its_nodes_exist_and_inputs_are_unchanged() -> None:
     assert planning.needs_new_plan(None, "f", "", nodes)
 
 
+def test_a_node_change_reconciles_a_planned_deployment_only_when_a_node_stopped_fitting_its_plan() -> None:
+    relabelled = node("a")
+    relabelled["metadata"]["labels"]["beta.kubernetes.io/arch"] = "amd64"
+    shrunk = node("a", gpus=4)
+    assert not planning.node_change_matters(PLAN, node("a"), relabelled), "labels the node controller adds"
+    assert not planning.node_change_matters(PLAN, None, node("c")), "a node joining moves no running model"
+    assert not planning.node_change_matters(PLAN, node("l", "NVIDIA-L40S"), None), "another product's node left"
+    assert planning.node_change_matters(PLAN, node("a"), None), "one of its product's nodes left"
+    assert planning.node_change_matters(PLAN, node("a"), shrunk), "too few GPUs left on it"
+    assert planning.node_change_matters(PLAN, node("a"), node("a", "NVIDIA-A100-SXM4-80GB")), "product changed"
+    for unplaced in ({}, {"feasible": False, "reasonCode": "NoMatchingNodes"}):
+        assert planning.node_change_matters(unplaced, None, node("c")), "an unplaced model may fit now"
+
+
 def test_unknown_model_becomes_an_infeasible_plan_not_an_exception() -> None:
     spec = {"model": {"name": "acme/never-heard-of-it-13B"}}
     result = planning.make_plan(spec, [node("a")], [], None, fingerprint="f", token="")

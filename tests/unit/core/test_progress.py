@@ -46,6 +46,34 @@ def test_progressing_while_the_deployment_has_not_caught_up() -> None:
         assert conds(status)["Ready"][0] == "False"
 
 
+def ready_pod(name: str, ready: bool = True, terminating: bool = False) -> dict:
+    meta = {"name": name, **({"deletionTimestamp": "2026-12-01T00:00:00Z"} if terminating else {})}
+    return {"metadata": meta, "status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def test_readiness_is_read_from_the_pods_ahead_of_the_deployment_controller() -> None:
+    workload = {**deployment(2, 1), "kind": "Deployment"}  # the controller has not seen the 2nd pod ready
+    status = build(spec(replicas=2), workload=workload, pods=[ready_pod("a"), ready_pod("b")])
+    assert status["phase"] == "Ready" and status["readyReplicas"] == 2
+
+
+def test_pods_do_not_count_where_they_may_be_of_an_older_template_or_going_away() -> None:
+    both = [ready_pod("a"), ready_pod("b")]
+    cases = {
+        "generation not observed yet": ({**deployment(2, 1, generation=2, observed=1), "kind": "Deployment"}, both),
+        "not every replica updated": ({**deployment(2, 1, updated=1), "kind": "Deployment"}, both),
+        "a third pod (an old one) exists": ({**deployment(2, 1), "kind": "Deployment"}, both + [ready_pod("old")]),
+        "one is terminating": ({**deployment(2, 1), "kind": "Deployment"},
+                               [ready_pod("a"), ready_pod("b", terminating=True)]),
+        "one is not ready": ({**deployment(2, 1), "kind": "Deployment"}, [ready_pod("a"), ready_pod("b", False)]),
+        "a LeaderWorkerSet counts its groups": ({**deployment(2, 1), "kind": "LeaderWorkerSet"}, both),
+    }
+    for why, (workload, pods) in cases.items():
+        status = build(spec(replicas=2), workload=workload, pods=pods)
+        assert status["phase"] != "Ready" and status["readyReplicas"] == 1, why
+
+
 def test_unschedulable_pod_degrades_with_the_schedulers_words() -> None:
     pod = {"metadata": {"name": "m-1"}, "status": {"conditions": [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
