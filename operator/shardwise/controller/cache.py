@@ -146,6 +146,14 @@ def parse_selector(selector: str) -> dict[str, str]:
     return out
 
 
+def typed(api_version: str, kind: str) -> Callable[[Obj], Obj]:
+    """Whole objects that say what they are: the items of a list response carry no apiVersion or
+    kind (watch events do), and reconcile tells a LeaderWorkerSet from a Deployment by its kind."""
+    def transform(obj: Obj) -> Obj:
+        return {**strip_managed_fields(obj), "apiVersion": api_version, "kind": kind}
+    return transform
+
+
 # -- the informers ---------------------------------------------------------------------------
 
 ChangeHandler = Callable[[Obj | None, Obj | None], None]
@@ -172,7 +180,7 @@ class Caches:
         for (api_version, kind), prefix in CHILD_KINDS.items():
             self._by_kind[(api_version, kind)] = {
                 ns: Informer(kube, f"{kind}s{'/' + ns if ns else ''}", path(prefix, _PLURALS[kind], ns),
-                             label_selector=INSTANCE_LABEL, on_change=on_child,
+                             label_selector=INSTANCE_LABEL, on_change=on_child, transform=typed(api_version, kind),
                              optional=kind == "LeaderWorkerSet", **common)
                 for ns in scopes}
         self.node_informer = Informer(kube, "Nodes", "/api/v1/nodes", transform=slim_node, on_change=on_node,

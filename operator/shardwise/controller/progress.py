@@ -11,8 +11,9 @@ from typing import Any
 from shardwise import conditions
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 from shardwise.conditions import Condition
-from shardwise.controller.workload_health import Failure, pod_failure, pod_is_ready, unschedulable, workload_failure
+from shardwise.controller.workload_health import Failure, pod_failure, unschedulable, workload_failure
 from shardwise.render import children, labels, leaderworkerset
+from shardwise.rollout import pods as rollout_pods
 from shardwise.rollout import progress as rollout_progress
 
 
@@ -86,10 +87,10 @@ def _ready_ahead(workload: dict[str, Any] | None, pods: list[dict[str, Any]], de
     if workload is None or workload.get("kind") != "Deployment" or not observed \
             or replicas != desired or updated < desired:
         return ready
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    live = [p for p in pods if not rollout_pods.terminating(p)]
     if len(live) != desired:
         return ready
-    return max(ready, sum(1 for p in live if pod_is_ready(p)))
+    return max(ready, sum(1 for p in live if rollout_pods.ready(p)))
 
 
 def workload_ready(workload: dict[str, Any], desired: int, pods: list[dict[str, Any]] | None = None) -> bool:

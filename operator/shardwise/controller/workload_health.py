@@ -107,11 +107,6 @@ def pod_failure(pods: Iterable[dict[str, Any]]) -> Failure | None:
     return None
 
 
-def pod_is_ready(pod: dict[str, Any]) -> bool:
-    cond = _condition(pod, "Ready")
-    return cond is not None and cond.get("status") == "True"
-
-
 def unschedulable(pods: Iterable[dict[str, Any]]) -> Failure | None:
     """PodScheduled=False/Unschedulable, with the scheduler's message."""
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):

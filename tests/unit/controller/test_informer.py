@@ -149,3 +149,15 @@ def test_cached_reads_by_kind_namespace_and_label_selector() -> None:
     found = caches.pods("a", "shardwise.io/inference-deployment=m,role=leader")
     assert [p["metadata"]["name"] for p in found] == ["p1"]
     assert parse_selector("a=b, c==d") == {"a": "b", "c": "d"}
+
+
+def test_children_listed_without_a_kind_are_stored_with_one() -> None:
+    # List items carry no apiVersion/kind; reconcile tells a LeaderWorkerSet from a Deployment by it.
+    stop = threading.Event()
+    kube = ScriptedKube([[{"items": [obj("m", 1, ns="a")], "metadata": {"resourceVersion": "5"}}]], [], stop)
+    caches = Caches(kube, ["a"])  # type: ignore[arg-type]
+    informer = caches._informer("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "a")
+    informer._list()
+    stored = caches.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "a", "m")
+    assert (stored["apiVersion"], stored["kind"]) == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+    assert "managedFields" not in stored["metadata"]

@@ -1,6 +1,6 @@
 """What enqueues a reconcile, and the plan inputs that must not move a running model."""
 
-from shardwise.controller.manager import needs_reconcile, pod_signal
+from shardwise.controller.manager import child_signal, needs_reconcile, pod_signal
 from shardwise.controller.planning import pods_of_others
 
 
@@ -49,3 +49,35 @@ def test_a_deployments_own_pods_do_not_count_against_its_plan() -> None:
 
     pods = [gpu_pod("a", "m"), gpu_pod("b", "m"), gpu_pod("a", "other"), gpu_pod("a", None)]
     assert [p["metadata"]["name"] for p in pods_of_others(pods, "a", "m")] == ["b-m", "a-other", "a-None"]
+
+
+def deployment(rv: str, annotations: dict | None = None, **status: object) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "m", "resourceVersion": rv, "generation": 1, "annotations": annotations or {}},
+            "spec": {"replicas": 1}, "status": status}
+
+
+def test_a_childs_status_updates_reconcile_only_when_they_change_what_status_reads() -> None:
+    created = deployment("1")
+    counted = deployment("2", observedGeneration=1, replicas=1, updatedReplicas=1, conditions=[
+        {"type": "Progressing", "status": "True", "reason": "NewReplicaSetCreated"},
+        {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"}])
+    assert child_signal(counted) != child_signal(created)
+    progressing = deployment("3", {"deployment.kubernetes.io/revision": "1"}, observedGeneration=1, replicas=1,
+                             updatedReplicas=1, conditions=[{"type": "Progressing", "status": "True",
+                                                             "reason": "ReplicaSetUpdated"}])
+    assert child_signal(progressing) == child_signal(counted), "the controller's bookkeeping is no news"
+    ready = deployment("4", observedGeneration=1, replicas=1, updatedReplicas=1, readyReplicas=1)
+    assert child_signal(ready) != child_signal(progressing)
+    stuck = deployment("5", observedGeneration=1, replicas=1, updatedReplicas=1, conditions=[
+        {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "timed out"}])
+    assert child_signal(stuck) != child_signal(counted)
+    quota = deployment("6", observedGeneration=1, conditions=[
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": "exceeded quota"}])
+    assert child_signal(quota) != child_signal(deployment("6", observedGeneration=1))
+    edited = deployment("7")
+    edited["spec"] = {"replicas": 3}
+    assert child_signal(edited) != child_signal(created), "drift is corrected"
+    touched = deployment("8", {"team": "x"})
+    assert child_signal(touched) != child_signal(created)
+    assert child_signal(None) != child_signal(created), "created or deleted"
