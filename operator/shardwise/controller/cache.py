@@ -173,6 +173,14 @@ class Caches:
         def path(prefix: str, plural: str, ns: str) -> str:
             return f"{prefix}/namespaces/{ns}/{plural}" if ns else f"{prefix}/{plural}"
 
+        # Children we are creating right now. The watch event of our own create can arrive before
+        # the API server's answer is stored (observe_write); it is news to nobody then, and
+        # reconciling for it would run the creating reconcile twice (the ReplicaSet controller's
+        # "expectations", for one object each). Each entry ends with that answer or the failure.
+        self._creating: set[tuple[str, str, str]] = set()
+        self._creating_lock = threading.Lock()
+        self._on_child = on_child
+
         self._by_kind: dict[tuple[str, str], dict[str, Informer]] = {}
         self._by_kind[INFD] = {ns: Informer(kube, f"InferenceDeployments{'/' + ns if ns else ''}",
                                             path(f"/apis/{api.GROUP}/{api.VERSION}", api.PLURAL, ns),
@@ -180,7 +188,8 @@ class Caches:
         for (api_version, kind), prefix in CHILD_KINDS.items():
             self._by_kind[(api_version, kind)] = {
                 ns: Informer(kube, f"{kind}s{'/' + ns if ns else ''}", path(prefix, _PLURALS[kind], ns),
-                             label_selector=INSTANCE_LABEL, on_change=on_child, transform=typed(api_version, kind),
+                             label_selector=INSTANCE_LABEL, on_change=self._child_changed,
+                             transform=typed(api_version, kind),
                              optional=kind == "LeaderWorkerSet", **common)
                 for ns in scopes}
         self.node_informer = Informer(kube, "Nodes", "/api/v1/nodes", transform=slim_node, on_change=on_node,
@@ -248,6 +257,27 @@ class Caches:
         informer = self._informer(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace") or "")
         if informer is not None:
             informer.observe_write(obj)
+        self.creation_settled(obj.get("kind", ""), meta.get("namespace") or "", meta.get("name", ""))
+
+    # -- our own creations -------------------------------------------------------------------
+    def creating(self, kind: str, namespace: str, name: str) -> None:
+        with self._creating_lock:
+            self._creating.add((kind, namespace, name))
+
+    def creation_settled(self, kind: str, namespace: str, name: str) -> None:
+        """The create was answered (stored by observe_write) or failed: events are news again."""
+        with self._creating_lock:
+            self._creating.discard((kind, namespace, name))
+
+    def _child_changed(self, old: Obj | None, new: Obj | None) -> None:
+        if old is None and new is not None:
+            meta = new.get("metadata") or {}
+            with self._creating_lock:
+                ours = (new.get("kind", ""), meta.get("namespace") or "", meta.get("name", "")) in self._creating
+            if ours:
+                return
+        if self._on_child is not None:
+            self._on_child(old, new)
 
 
 def _pod_index(pod: Obj) -> Hashable | None:

@@ -174,8 +174,18 @@ class Kube:
         """Server-side apply under shardwise's one field manager; `force` only on objects we control."""
         meta = obj["metadata"]
         path = f"{collection_path(obj['apiVersion'], obj['kind'], meta['namespace'])}/{quote(meta['name'])}"
-        live = self.request("PATCH", path, query={"fieldManager": FIELD_MANAGER, "force": str(force).lower()},
-                            body=obj, content_type="application/apply-patch+yaml")
+        # Not forced: nothing of ours is there yet, so this creates (reconcile forces only on
+        # objects it controls). Its watch event may beat the answer: see Caches.creating.
+        creating = None if force else self.cache
+        if creating is not None:
+            creating.creating(obj["kind"], meta["namespace"], meta["name"])
+        try:
+            live = self.request("PATCH", path, query={"fieldManager": FIELD_MANAGER, "force": str(force).lower()},
+                                body=obj, content_type="application/apply-patch+yaml")
+        except BaseException:
+            if creating is not None:
+                creating.creation_settled(obj["kind"], meta["namespace"], meta["name"])
+            raise
         if self.cache is not None:  # our own write, seen before its watch event arrives
             self.cache.observe_write(live)
         return live

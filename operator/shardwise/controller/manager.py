@@ -46,6 +46,10 @@ from shardwise.render.labels import INSTANCE_LABEL
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
+# Children and pods report in bursts (a Deployment converging updates its status two or three
+# times within a second, its pod turns ready beside it): waiting this long makes a burst one
+# reconcile (the queue keeps one pending delayed add per key) and costs Ready that much delay.
+BATCH_SECONDS = 0.5
 LEASE_NAME = "shardwise-operator"
 
 LEADER = prometheus_client.Gauge("shardwise_leader", "1 while this process holds the Lease and acts.",
@@ -168,10 +172,11 @@ class Manager:
     # one of its pods is in trouble) goes before new and edited resources, and the bulk
     # re-enqueues (startup, resync, node changes) after both: with hundreds of resources applied at
     # once, a model whose pods are ready turns Ready in moments instead of after the backlog.
-    def request(self, namespace: str, name: str, priority: int = NORMAL, source: str = "loop") -> None:
+    def request(self, namespace: str, name: str, priority: int = NORMAL, source: str = "loop",
+                delay: float = 0.0) -> None:
         """Reconcile this deployment soon; `source` (what asked) is counted for `make bench-scale`."""
         TRIGGERS.labels(source).inc()
-        self.queue.add((namespace, name), priority)
+        self.queue.add_after((namespace, name), delay, priority)
 
     def enqueue_all(self, spread: float = 0.0) -> None:
         for item in self.caches.inference_deployments():
@@ -194,7 +199,7 @@ class Manager:
         owner = (meta.get("labels") or {}).get(INSTANCE_LABEL)
         if owner and child_signal(old) != child_signal(new):
             self.request(meta.get("namespace", ""), owner, HIGH if old is not None and new is not None else NORMAL,
-                         source="child")
+                         source="child", delay=BATCH_SECONDS)
 
     def _on_node(self, old: Obj | None, new: Obj | None) -> None:
         # Before the sync, the enqueue-everything that follows it covers every node seen so far.
@@ -206,7 +211,7 @@ class Manager:
             return
         owner = pod_owner(new or old or {})
         if owner is not None and self.watched(owner[0]) and pod_signal(old) != pod_signal(new):
-            self.request(*owner, priority=HIGH, source="pod")
+            self.request(*owner, priority=HIGH, source="pod", delay=BATCH_SECONDS)
         if new is None and old is not None and old.get("spec", {}).get("nodeName"):
             # GPUs were freed: unplaced models may fit now.
             self._enqueue_planning(lambda plan: not plan.get("feasible"), source="freed-gpus")

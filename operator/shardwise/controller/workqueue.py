@@ -3,7 +3,7 @@
 - `add(key)`: a key waiting in the queue is not added twice (enqueues collapse into one);
 - a key being processed is never handed to a second worker: if it is added meanwhile, it is
   marked dirty and queued again when `done(key)` is called, so the change is not lost;
-- `add_after(key, delay)` schedules an add; `add_rate_limited(key)` schedules it after the key's
+- `add_after(key, delay)` schedules an add (one pending per key: the soonest); `add_rate_limited(key)` schedules it after the key's
   own exponential backoff (base * 2^failures, capped, with jitter), `forget(key)` resets that;
 - priorities, as controller-runtime's priority queue: a higher one is handed out first, FIFO
   within one; adding a waiting key with a higher priority raises it, never lowers it. The manager
@@ -73,6 +73,10 @@ class WorkQueue(Generic[K]):
         # no longer match `_dirty` (or whose key is being processed) are skipped when popped.
         self._ready: list[tuple[int, int, K]] = []
         self._delayed: list[tuple[float, int, K, int]] = []  # heap of (due, seq, key, priority)
+        # Each key's one pending delayed add, as client-go's delaying queue keeps it: a later
+        # `add_after` of a waiting key changes nothing unless it is due sooner (or higher), so a
+        # burst of delayed adds is one add. Heap entries that no longer match are skipped.
+        self._delayed_due: dict[K, tuple[float, int]] = {}
         self._seq = itertools.count()
         self._shutdown = False
         self.adds = 0  # every add call, collapsed or not (for metrics and tests)
@@ -91,7 +95,14 @@ class WorkQueue(Generic[K]):
         with self._cond:
             if self._shutdown:
                 return
-            heapq.heappush(self._delayed, (self._clock() + delay, next(self._seq), key, priority))
+            due = self._clock() + delay
+            pending = self._delayed_due.get(key)
+            if pending is not None:
+                due, priority = min(due, pending[0]), max(priority, pending[1])
+                if (due, priority) == pending:
+                    return
+            self._delayed_due[key] = (due, priority)
+            heapq.heappush(self._delayed, (due, next(self._seq), key, priority))
             self._cond.notify()
 
     def add_rate_limited(self, key: K, priority: int = NORMAL) -> float:
@@ -145,7 +156,7 @@ class WorkQueue(Generic[K]):
     def pending(self) -> int:
         """Keys queued, processing or scheduled: zero means nothing is left to do."""
         with self._cond:
-            return self._waiting() + len(self._processing) + len(self._delayed)
+            return self._waiting() + len(self._processing) + len(self._delayed_due)
 
     # -- under the lock ----------------------------------------------------------------------
     def _waiting(self) -> int:
@@ -173,5 +184,7 @@ class WorkQueue(Generic[K]):
     def _promote_due(self) -> None:
         now = self._clock()
         while self._delayed and self._delayed[0][0] <= now:
-            _, _, key, priority = heapq.heappop(self._delayed)
-            self._add(key, priority)
+            due, _, key, priority = heapq.heappop(self._delayed)
+            if self._delayed_due.get(key) == (due, priority):
+                del self._delayed_due[key]
+                self._add(key, priority)

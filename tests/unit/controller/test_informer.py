@@ -161,3 +161,26 @@ def test_children_listed_without_a_kind_are_stored_with_one() -> None:
     stored = caches.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "a", "m")
     assert (stored["apiVersion"], stored["kind"]) == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
     assert "managedFields" not in stored["metadata"]
+
+
+def test_the_watch_event_of_our_own_create_is_no_news_whichever_arrives_first() -> None:
+    seen: list[str] = []
+    caches = Caches(None, ["a"],  # type: ignore[arg-type]
+                    on_child=lambda old, new: seen.append((new or old)["metadata"]["name"]))
+    informer = caches._informer("apps/v1", "Deployment", "a")
+
+    def created(name: str, rv: int) -> dict:
+        return {"apiVersion": "apps/v1", "kind": "Deployment", **obj(name, rv, ns="a")}
+
+    caches.creating("Deployment", "a", "early")
+    informer.apply_event("ADDED", created("early", 2))  # the event beats the answer
+    caches.observe_write(created("early", 2))
+    caches.creating("Deployment", "a", "late")
+    caches.observe_write(created("late", 3))  # the answer first: the event then carries a stored version
+    informer.apply_event("ADDED", created("late", 3))
+    assert seen == []
+    caches.creating("Deployment", "a", "failed")
+    caches.creation_settled("Deployment", "a", "failed")  # the create failed: someone else's object is news
+    informer.apply_event("ADDED", created("failed", 4))
+    informer.apply_event("MODIFIED", created("early", 5))
+    assert seen == ["failed", "early"]

@@ -103,6 +103,25 @@ def test_a_delayed_add_keeps_its_priority() -> None:
     assert [q.get(timeout=0), q.get(timeout=0)] == ["ready", "new"]
 
 
+def test_a_burst_of_delayed_adds_is_one_add_at_the_soonest_time() -> None:
+    clock = Clock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
+    q.add_after("a", 0.5)
+    clock.now = 0.3
+    q.add_after("a", 0.5)  # due at 0.8: the pending one at 0.5 stays
+    q.add_after("b", 5.0)
+    q.add_after("b", 1.0)  # sooner: replaces the one at 5.0
+    assert q.pending() == 2
+    clock.now = 0.5
+    assert q.get(timeout=0) == "a"
+    q.done("a")
+    clock.now = 1.3
+    assert q.get(timeout=0) == "b"
+    q.done("b")
+    clock.now = 10.0
+    assert q.get(timeout=0) is None and q.pending() == 0  # nothing left of the replaced or collapsed adds
+
+
 def test_backoff_grows_per_key_is_capped_jittered_and_forgotten() -> None:
     backoff: Backoff[str] = Backoff(base=0.01, cap=1.0, jitter=0.1, rand=lambda: 1.0)
     delays = [backoff.when("a") for _ in range(10)]
