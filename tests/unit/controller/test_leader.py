@@ -12,8 +12,10 @@ class LeaseApi:
         self.lease: dict | None = None
         self.rv = 0
         self.down = False
+        self.calls: list[str] = []
 
     def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Any:
+        self.calls.append(method)
         if self.down:
             raise ApiException(status=0, reason="connection refused")
         if method == "GET":
@@ -98,3 +100,23 @@ def test_release_hands_the_lease_over_at_once() -> None:
     a.release()
     assert api.lease["spec"]["holderIdentity"] == ""
     assert b.try_acquire_or_renew()
+
+
+def test_the_leader_renews_with_one_request_and_reads_again_after_a_conflict() -> None:
+    api, clock = LeaseApi(), Clock()
+    a = elector(api, clock, "a")
+    round_(a, clock)
+    api.calls.clear()
+    for _ in range(5):
+        clock.now += 2
+        round_(a, clock)
+    assert api.calls == ["PUT"] * 5 and a.acting()
+    # Someone else wrote the Lease (b took it over when it looked expired to b): the optimistic
+    # renewal conflicts, the full round reads it and stands down.
+    lease = copy.deepcopy(api.lease)
+    lease["spec"]["holderIdentity"] = "b"
+    api.request("PUT", "", body=lease)
+    api.calls.clear()
+    clock.now += 2
+    assert a.try_acquire_or_renew() is False
+    assert api.calls == ["PUT", "GET"]
