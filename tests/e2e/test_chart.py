@@ -64,6 +64,7 @@ OPERATOR_ALLOWED = [
     ("patch", "persistentvolumeclaims", "ns"),
     ("delete", "persistentvolumeclaims", "ns"),
     ("list", "persistentvolumeclaims", ""),
+    ("watch", "persistentvolumeclaims", ""),  # the model caches' informer
     ("create", "jobs.batch", "ns"),
     ("delete", "jobs.batch", "ns"),
     ("get", "storageclasses.storage.k8s.io", ""),

@@ -7,6 +7,7 @@
 | LeaderWorkerSets       | objects carrying the instance label (our children)           |               |
 | Nodes                  | cluster-wide                                                 | GPU nodes, slim; others as a name |
 | Pods                   | cluster-wide, non-terminal (field selector)                  | ours and GPU pods, slim |
+| PersistentVolumeClaims | per watched namespace, model-cache label (our weight caches) | whole object  |
 
 Pods have no server-side selector for "requests GPUs", and free GPUs depend on every pod on a
 GPU node, so the pod watch is cluster-wide; each page and event is slimmed or dropped on
@@ -23,6 +24,7 @@ from typing import Any
 from shardwise.api import v1alpha1 as api
 from shardwise.controller.informer import Informer, Obj, strip_managed_fields
 from shardwise.controller.kube import Kube
+from shardwise.render import modelcache as mc
 from shardwise.render.labels import INSTANCE_LABEL
 from shardwise.rollout import pods as rollout_pods
 
@@ -192,6 +194,11 @@ class Caches:
                              transform=typed(api_version, kind),
                              optional=kind == "LeaderWorkerSet", **common)
                 for ns in scopes}
+        claims = ("v1", "PersistentVolumeClaim")
+        self._by_kind[claims] = {
+            ns: Informer(kube, f"PersistentVolumeClaims{'/' + ns if ns else ''}", path("/api/v1", "persistentvolumeclaims", ns),
+                         label_selector=mc.CACHE_LABEL, transform=typed(*claims), **common)
+            for ns in scopes}
         self.node_informer = Informer(kube, "Nodes", "/api/v1/nodes", transform=slim_node, on_change=on_node,
                                       **common)
         self.pod_informer = Informer(kube, "Pods", "/api/v1/pods",
@@ -237,6 +244,10 @@ class Caches:
 
     def inference_deployments(self) -> list[Obj]:
         return [o for i in self._by_kind[INFD].values() for o in i.items()]
+
+    def cache_claims(self) -> list[Obj]:
+        """The model caches' claims (the model-cache label) in the watched namespaces."""
+        return [o for i in self._by_kind[("v1", "PersistentVolumeClaim")].values() for o in i.items()]
 
     def nodes(self) -> list[Obj]:
         return self.node_informer.items()

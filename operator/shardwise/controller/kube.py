@@ -164,6 +164,12 @@ class Kube:
             log.warning("pricing ConfigMap %s: %s", configmap, problem)
         return prices
 
+    def list_cache_claims(self, label: str) -> list[dict[str, Any]]:
+        """The model caches' claims: from the informer, or cluster-wide from the API."""
+        if self.cache is not None:
+            return self.cache.cache_claims()
+        return self.list("/api/v1/persistentvolumeclaims", labelSelector=label)
+
     def list_inference_deployments(self) -> list[dict[str, Any]]:
         if self.cache is not None:
             return self.cache.inference_deployments()

@@ -160,7 +160,7 @@ def collect_unused(kube: Kube, settings: Settings, items: list[dict[str, Any]], 
     Only in namespaces this operator watches: elsewhere it cannot see the users of a claim."""
     used = _claims_in_use(settings, items)
     done = []
-    for claim in kube.list("/api/v1/persistentvolumeclaims", labelSelector=mc.CACHE_LABEL):
+    for claim in kube.list_cache_claims(mc.CACHE_LABEL):
         meta = claim["metadata"]
         if meta.get("deletionTimestamp") or not watched(meta["namespace"]):
             continue

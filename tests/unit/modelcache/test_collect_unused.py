@@ -18,8 +18,8 @@ class FakeKube:
         self.claims = claims
         self.calls: list[tuple[str, str]] = []
 
-    def list(self, path: str, **query: Any) -> list[dict[str, Any]]:
-        assert query == {"labelSelector": mc.CACHE_LABEL}
+    def list_cache_claims(self, label: str) -> list[dict[str, Any]]:
+        assert label == mc.CACHE_LABEL
         return self.claims
 
     def request(self, method: str, path: str, **_: Any) -> None:
