@@ -37,10 +37,9 @@ from shardwise.controller.informer import Obj, wait_for_sync
 from shardwise.controller.kube import ApiException, Kube, retry_after
 from shardwise.controller.leader import LeaderElector, Timing
 from shardwise.controller.settings import Settings
-from shardwise.controller.workload_health import pod_failure, unschedulable
+from shardwise.controller.triggers import child_signal, needs_reconcile, pod_signal
 from shardwise.controller.workqueue import HIGH, LOW, NORMAL, ShutDown, WorkQueue
 from shardwise.observe import operator_metrics
-from shardwise.rollout import pods as rollout_pods
 from shardwise.render.labels import INSTANCE_LABEL
 
 log = logging.getLogger(__name__)
@@ -73,63 +72,6 @@ class RunOptions:
     lease_timing: Timing = Timing()
     identity: str | None = None
     unreachable_limit: float = 60.0  # liveness fails after this long without the API server
-
-
-def needs_reconcile(old: Obj | None, new: Obj | None) -> bool:
-    """Does this InferenceDeployment event ask for a reconcile?
-
-    Not for a change of status alone (controller-runtime's GenerationChangedPredicate): those
-    are our own writes, or the observer's and autoscaler's, which enqueue explicitly when they
-    need one. Spec changes bump the generation; annotations (replan) and deletion show in metadata.
-    """
-    if new is None:
-        return False
-    if old is None:
-        return True
-    before, after = old.get("metadata") or {}, new.get("metadata") or {}
-    return any(before.get(k) != after.get(k) for k in ("generation", "annotations", "labels", "deletionTimestamp"))
-
-
-# Bookkeeping the deployment controller writes on its Deployments (the revision counter): no news.
-_CONTROLLER_ANNOTATIONS = "deployment.kubernetes.io/"
-# Workload conditions a reconcile reads (workload_health, progress); the rest (Available, the
-# Progressing reason of a healthy rollout) change as a rollout advances and tell nothing new.
-_READ_CONDITIONS = {"ReplicaFailure", "UpdateInProgress"}
-
-
-def child_signal(child: Obj | None) -> Any:
-    """What of a child (Deployment, Service, LeaderWorkerSet) a reconcile reads, to skip the events
-    that change nothing of it: controller-runtime's predicates, for our children.
-
-    Spec, labels, annotations, owners and deletion (drift and ownership); the counts and the
-    observed generation (progress); and only the conditions that report trouble. A Deployment
-    converging goes through four or five status updates; two of them matter.
-    """
-    if child is None:
-        return None
-    meta, status = child.get("metadata") or {}, child.get("status") or {}
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
-                   if not k.startswith(_CONTROLLER_ANNOTATIONS)}
-    conditions = [(c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
-                  for c in status.get("conditions") or []
-                  if c.get("type") in _READ_CONDITIONS
-                  or (c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded")
-                  or (c.get("type") == "Progressing" and child.get("kind") == "LeaderWorkerSet")]
-    counts = {k: status.get(k) for k in ("replicas", "readyReplicas", "updatedReplicas", "observedGeneration")}
-    return (child.get("spec"), meta.get("labels"), annotations, meta.get("ownerReferences"),
-            meta.get("deletionTimestamp"), meta.get("generation"), counts, conditions)
-
-
-def pod_signal(pod: Obj | None) -> tuple[str | None, str | None, bool, bool]:
-    """What of one of our pods the status reads beyond its workload's counts: a container failure,
-    waiting for GPUs, readiness (read ahead of the deployment controller, see progress.py), and
-    whether it failed. A pod's normal progress (created, scheduled, pulling, started) changes none
-    of these, so it reconciles nothing; a missing pod reads like a new one."""
-    if pod is None or rollout_pods.terminating(pod):
-        return None, None, False, False
-    failure, waiting = pod_failure([pod]), unschedulable([pod])
-    return (failure.reason if failure else None, waiting.reason if waiting else None, rollout_pods.ready(pod),
-            (pod.get("status") or {}).get("phase") == "Failed")
 
 
 class Manager:

@@ -25,7 +25,7 @@ import pydantic
 
 from shardwise.api import v1alpha1 as api
 from shardwise.controller import cachestate
-from shardwise.controller.kube import Kube, collection_path
+from shardwise.controller.kube import ApiException, Kube, collection_path
 from shardwise.controller.quietlog import QuietLog
 from shardwise.controller.settings import Settings
 from shardwise.render import children

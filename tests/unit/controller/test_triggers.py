@@ -1,6 +1,6 @@
 """What enqueues a reconcile, and the plan inputs that must not move a running model."""
 
-from shardwise.controller.manager import child_signal, needs_reconcile, pod_signal
+from shardwise.controller.triggers import child_signal, needs_reconcile, pod_signal
 from shardwise.controller.planning import pods_of_others
 
 
