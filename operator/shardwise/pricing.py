@@ -18,7 +18,6 @@ not a quote. Sources (checked 2026):
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 

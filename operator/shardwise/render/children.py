@@ -14,7 +14,7 @@ from shardwise.api import names
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 from shardwise.render import labels, leaderworkerset, modelcache
 # Owner and the pod builders live in `pod`; they stay importable from here, where render() takes them.
-from shardwise.render.pod import GPU_PRODUCT_LABEL, GPU_RESOURCE, Owner, build_pod_spec, object_metadata, pod_annotations
+from shardwise.render.pod import Owner, build_pod_spec, object_metadata, pod_annotations
 from shardwise.render.vllm_args import VLLM_PORT, build_serve_args
 
 def build_deployment(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],
