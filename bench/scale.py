@@ -21,6 +21,7 @@ import concurrent.futures
 import json
 import os
 import pathlib
+import signal
 import ssl
 import sys
 import tempfile
@@ -396,6 +397,8 @@ def main() -> int:
     parser.add_argument("--big-nodes", type=int, default=5000)
     parser.add_argument("--big-pods", type=int, default=50000)
     args = parser.parse_args()
+    # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so the clusters and the operator stop too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(f"machine: {os.cpu_count()} cores, "
           f"{int(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB")
     for n in [int(s) for s in args.sizes.split(",") if s]:
