@@ -172,6 +172,7 @@ def parse(text: str) -> Sample:
     counts: dict[str, float] = {}
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
+    engines: dict[str, int] = {}  # series summed into each gauge
     created: dict[str, float] = {}
     models: set[str] = set()
     seen: set[str] = set()  # series present, whatever their values
@@ -216,12 +217,17 @@ def parse(text: str) -> Sample:
                 bad.setdefault(name, f"is {value!r}")
                 continue
             gauges[name] = gauges.get(name, 0.0) + value
+            engines[name] = engines.get(name, 0) + 1
         else:
             seen.add(name)
             if _implausible(value, 0.0, MAX_COUNT):
                 bad.setdefault(name, f"is {value!r}")
                 continue
             counters[name] = counters.get(name, 0.0) + value
+    if engines.get(KV_CACHE_USAGE, 0) > 1:
+        # Each engine of a pod (data parallel) has a KV cache of its own: the pod's usage is their
+        # mean, a fraction like each of them (requests and queues add up; fractions do not).
+        gauges[KV_CACHE_USAGE] /= engines[KV_CACHE_USAGE]
     missing = [n for n in HISTOGRAMS + COUNTERS + GAUGES if n not in seen]
     if missing:
         raise NotVllmMetrics(f"vLLM series missing: {', '.join(missing)}")

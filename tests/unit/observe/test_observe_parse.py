@@ -57,6 +57,18 @@ def test_engines_are_summed_and_the_earliest_created_kept(t1_text: str) -> None:
         (b, 2 * c) for b, c in one.histograms[parse.TTFT].buckets
     )
     assert two.created == one.created
+    for gauge in (parse.RUNNING, parse.WAITING):
+        assert two.gauges[gauge] == 2 * one.gauges[gauge]
+    assert two.gauges[parse.KV_CACHE_USAGE] == one.gauges[parse.KV_CACHE_USAGE], "a fraction: the engines' mean"
+
+
+def test_the_kv_cache_usage_of_a_pod_is_the_mean_of_its_engines(t1_text: str) -> None:
+    text = _second_engine(t1_text)
+    kv = [line for line in text.splitlines() if line.startswith(parse.KV_CACHE_USAGE + "{")]
+    assert len(kv) == 2
+    lines = [line for line in text.splitlines() if line not in kv]
+    lines += [kv[0].rsplit(" ", 1)[0] + " 0.9", kv[1].rsplit(" ", 1)[0] + " 0.5"]
+    assert parse.parse("\n".join(lines) + "\n").gauges[parse.KV_CACHE_USAGE] == pytest.approx(0.7)
 
 
 def test_created_series_are_optional(t1_text: str) -> None:
