@@ -69,17 +69,22 @@ OPERATOR_ALLOWED = [
     ("delete", "jobs.batch", "ns"),
     ("get", "storageclasses.storage.k8s.io", ""),
     ("get", "configmaps/shardwise-pricing", "release"),
+    ("list", "configmaps/shardwise-pricing", "release"),  # its informer, by name
+    ("watch", "configmaps/shardwise-pricing", "release"),
     ("watch", "nodes", ""),
     ("watch", "pods", ""),
     ("create", "leases.coordination.k8s.io", "release"),
     ("get", "leases.coordination.k8s.io/shardwise-operator", "release"),
     ("update", "leases.coordination.k8s.io/shardwise-operator", "release"),
     ("get", "configmaps/shardwise-corrections", "release"),
+    ("list", "configmaps/shardwise-corrections", "release"),
+    ("watch", "configmaps/shardwise-corrections", "release"),
     ("patch", "configmaps/shardwise-corrections", "release"),
 ]
 OPERATOR_DENIED = [
     ("get", "secrets", ""),
     ("list", "secrets", ""),
+    ("list", "configmaps", "release"),  # its own two ConfigMaps, by name, and no others
     ("get", "secrets", "release"),
     ("list", "secrets", "ns"),
     ("delete", "nodes", ""),

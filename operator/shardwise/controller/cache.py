@@ -8,6 +8,7 @@
 | Nodes                  | cluster-wide                                                 | GPU nodes, slim; others as a name |
 | Pods                   | cluster-wide, non-terminal (field selector)                  | ours and GPU pods, slim |
 | PersistentVolumeClaims | per watched namespace, model-cache label (our weight caches) | whole object  |
+| ConfigMaps, by name    | the operator's own (pricing, learned corrections): one each  | whole object  |
 
 Pods have no server-side selector for "requests GPUs", and free GPUs depend on every pod on a
 GPU node, so the pod watch is cluster-wide; each page and event is slimmed or dropped on
@@ -167,7 +168,7 @@ class Caches:
     def __init__(self, kube: Kube, namespaces: list[str], *, on_infd: ChangeHandler | None = None,
                  on_child: ChangeHandler | None = None, on_node: ChangeHandler | None = None,
                  on_pod: ChangeHandler | None = None, on_contact: Callable[[bool], None] | None = None,
-                 page_size: int = 500) -> None:
+                 configmaps: tuple[tuple[str, str], ...] = (), page_size: int = 500) -> None:
         self.namespaces = list(namespaces)
         scopes = self.namespaces or [""]
         common = {"on_contact": on_contact, "page_size": page_size}
@@ -199,6 +200,12 @@ class Caches:
             ns: Informer(kube, f"PersistentVolumeClaims{'/' + ns if ns else ''}", path("/api/v1", "persistentvolumeclaims", ns),
                          label_selector=mc.CACHE_LABEL, transform=typed(*claims), **common)
             for ns in scopes}
+        # Single objects, watched by name (RBAC can grant list/watch of named objects only with a
+        # metadata.name field selector): read once per new plan, never from the API server.
+        self._named: dict[tuple[str, str], Informer] = {
+            (ns, name): Informer(kube, f"ConfigMap/{ns}/{name}", f"/api/v1/namespaces/{ns}/configmaps",
+                                 field_selector=f"metadata.name={name}", transform=typed("v1", "ConfigMap"), **common)
+            for ns, name in configmaps}
         self.node_informer = Informer(kube, "Nodes", "/api/v1/nodes", transform=slim_node, on_change=on_node,
                                       **common)
         self.pod_informer = Informer(kube, "Pods", "/api/v1/pods",
@@ -207,8 +214,8 @@ class Caches:
 
     @property
     def informers(self) -> list[Informer]:
-        return [i for by_ns in self._by_kind.values() for i in by_ns.values()] + [self.node_informer,
-                                                                                  self.pod_informer]
+        return [i for by_ns in self._by_kind.values() for i in by_ns.values()] + list(self._named.values()) + [
+            self.node_informer, self.pod_informer]
 
     def start(self, stop: threading.Event) -> list[threading.Thread]:
         threads = [threading.Thread(target=i.run, args=(stop,), name=f"informer-{i.name}", daemon=True)
@@ -227,6 +234,10 @@ class Caches:
             return None
         found = by_ns.get(namespace)
         return found if found is not None else by_ns.get("")
+
+    def named(self, api_version: str, kind: str, namespace: str, name: str) -> Informer | None:
+        """The informer that watches exactly this object, if one does: what it lacks does not exist."""
+        return self._named.get((namespace, name)) if (api_version, kind) == ("v1", "ConfigMap") else None
 
     def holds(self, api_version: str, kind: str, namespace: str) -> bool:
         return self._informer(api_version, kind, namespace) is not None
@@ -265,7 +276,8 @@ class Caches:
 
     def observe_write(self, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
-        informer = self._informer(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace") or "")
+        informer = self._informer(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace") or "") \
+            or self.named(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace") or "", meta.get("name", ""))
         if informer is not None:
             informer.observe_write(obj)
         self.creation_settled(obj.get("kind", ""), meta.get("namespace") or "", meta.get("name", ""))

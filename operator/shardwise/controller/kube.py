@@ -108,6 +108,9 @@ class Kube:
         objects with our instance label, and a namesake someone else created must still be seen
         before we write. At steady state every child is in the cache, so this costs nothing.
         """
+        named = self.cache.named(api_version, kind, namespace, name) if self.cache is not None else None
+        if named is not None:
+            return named.get((namespace, name))
         if self.cache is not None and self.cache.holds(api_version, kind, namespace):
             cached = self.cache.get(api_version, kind, namespace, name)
             if cached is not None or kind == api.KIND or not self.cache.installed(api_version, kind, namespace):

@@ -30,7 +30,7 @@ from typing import Any
 import prometheus_client
 import urllib3
 
-from shardwise.controller import autoscaling, errors, events, health, modelcache, observing, planning
+from shardwise.controller import autoscaling, calibration, errors, events, health, modelcache, observing, planning
 from shardwise.controller import reconcile as reconciling
 from shardwise.controller.cache import Caches, node_material, pod_owner
 from shardwise.controller.informer import Obj, wait_for_sync
@@ -81,8 +81,10 @@ class Manager:
         self.stop = threading.Event()
         self.queue: WorkQueue[Key] = WorkQueue()
         self.contact = health.ApiContact()
+        own = ((settings.namespace, settings.pricing_configmap), (settings.namespace, calibration.CONFIGMAP))
         self.caches = Caches(self.kube, options.namespaces, on_infd=self._on_infd, on_child=self._on_child,
-                             on_node=self._on_node, on_pod=self._on_pod, on_contact=self.contact.mark)
+                             on_node=self._on_node, on_pod=self._on_pod, on_contact=self.contact.mark,
+                             configmaps=own)
         self.kube.cache = self.caches
         self.events = events.EventSink(self.kube.post_event)
         self.kube.event_sink = self.events

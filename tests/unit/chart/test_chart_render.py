@@ -124,12 +124,12 @@ def test_operator_rbac_reads_no_secrets_and_never_writes_nodes(render: Render) -
     role = find(objects, "Role", "rel-shardwise")
     assert role["metadata"]["namespace"] == "sw-system"
     assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
-                              "resourceNames": [Settings().pricing_configmap], "verbs": ["get"]},
+                              "resourceNames": [Settings().pricing_configmap], "verbs": ["get", "list", "watch"]},
                              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
                              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                               "resourceNames": ["shardwise-operator"], "verbs": ["get", "update"]},
                              {"apiGroups": [""], "resources": ["configmaps"],
-                              "resourceNames": ["shardwise-corrections"], "verbs": ["get", "patch"]}]
+                              "resourceNames": ["shardwise-corrections"], "verbs": ["get", "list", "watch", "patch"]}]
     binding = find(objects, "ClusterRoleBinding", "rel-shardwise")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-shardwise", "namespace": "sw-system"}]
 

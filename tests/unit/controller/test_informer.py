@@ -184,3 +184,28 @@ def test_the_watch_event_of_our_own_create_is_no_news_whichever_arrives_first() 
     informer.apply_event("ADDED", created("failed", 4))
     informer.apply_event("MODIFIED", created("early", 5))
     assert seen == ["failed", "early"]
+
+
+def test_the_operators_own_configmaps_are_watched_by_name_and_read_from_memory() -> None:
+    from shardwise.controller.kube import Kube
+
+    stop = threading.Event()
+    pricing = {"items": [{**obj("shardwise-pricing", 3, ns="sys"), "data": {"NVIDIA-L40S": "1.1"}}],
+               "metadata": {"resourceVersion": "3"}}
+    kube = ScriptedKube([[pricing], [{"items": [], "metadata": {"resourceVersion": "3"}}]], [], stop)
+    own = (("sys", "shardwise-pricing"), ("sys", "shardwise-corrections"))
+    caches = Caches(kube, ["a"], configmaps=own)  # type: ignore[arg-type]
+    for named in own:
+        caches.named("v1", "ConfigMap", *named)._list()  # type: ignore[union-attr]
+    assert [q.get("fieldSelector") for q in kube.requests] == ["metadata.name=shardwise-pricing",
+                                                               "metadata.name=shardwise-corrections"]
+
+    class NoRequests(Kube):
+        def request(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("read from the API server")
+
+    reader = NoRequests(api_client=object())  # type: ignore[arg-type]
+    reader.cache = caches
+    assert reader.get("v1", "ConfigMap", "sys", "shardwise-pricing")["data"] == {"NVIDIA-L40S": "1.1"}
+    assert reader.get("v1", "ConfigMap", "sys", "shardwise-corrections") is None  # absent: no live read
+    assert caches.named("v1", "ConfigMap", "sys", "other") is None
