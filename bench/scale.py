@@ -245,9 +245,9 @@ def wait_for_settled_nodes(api: Api, timeout: float = 300.0) -> None:
     raise TimeoutError("nodes did not settle")
 
 
-def converge(n: int, nodes: int) -> dict[str, Any]:
+def converge(n: int, nodes: int, controller_manager_qps: int) -> dict[str, Any]:
     work = pathlib.Path(tempfile.mkdtemp(prefix=f"shardwise-scale-{n}-"))
-    cluster = LocalCluster(work)
+    cluster = LocalCluster(work, controller_manager_qps=controller_manager_qps)
     operator = None
     try:
         cluster.start()
@@ -297,7 +297,7 @@ def converge(n: int, nodes: int) -> dict[str, Any]:
         idle_requests = {k: v - requests_by_method(before_m).get(k, 0) for k, v in requests_by_method(after_m).items()}
         new_writes = after_w[len(before_w):]
         return {
-            "n": n, "nodes": nodes, "apply_s": round(applied, 1),
+            "n": n, "nodes": nodes, "controller_manager_qps": controller_manager_qps, "apply_s": round(applied, 1),
             "all_ready_after_apply_s": round(t_ready - applied, 1),
             "all_children_s": round(t_children or 0, 1), "all_pods_ready_s": round(t_pods, 1),
             "all_ready_s": round(t_ready, 1),
@@ -393,6 +393,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100,500")
     parser.add_argument("--gpu-nodes", type=int, default=140)
+    parser.add_argument("--controller-manager-qps", type=int, default=100,
+                        help="the controller manager's client limit (upstream's default is 20)")
     parser.add_argument("--big", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--big-nodes", type=int, default=5000)
     parser.add_argument("--big-pods", type=int, default=50000)
@@ -402,7 +404,7 @@ def main() -> int:
     print(f"machine: {os.cpu_count()} cores, "
           f"{int(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB")
     for n in [int(s) for s in args.sizes.split(",") if s]:
-        print(json.dumps({"profile": "converge", **converge(n, args.gpu_nodes)}), flush=True)
+        print(json.dumps({"profile": "converge", **converge(n, args.gpu_nodes, args.controller_manager_qps)}), flush=True)
     if args.big:
         print(json.dumps({"profile": "big", **big(args.big_nodes, args.big_pods, gpu_nodes=500,
                                                   gpu_pods=args.big_pods // 10)}), flush=True)

@@ -30,8 +30,10 @@ SERVICE_CIDR = "10.96.0.0/16"  # allocated by the API server only; nothing liste
 
 
 class LocalCluster:
-    def __init__(self, work_dir: pathlib.Path | None = None, *, bins: dict[str, pathlib.Path] | None = None) -> None:
+    def __init__(self, work_dir: pathlib.Path | None = None, *, bins: dict[str, pathlib.Path] | None = None,
+                 controller_manager_qps: int = 100) -> None:
         self.work_dir = pathlib.Path(work_dir or tempfile.mkdtemp(prefix="shardwise-cluster-"))
+        self.controller_manager_qps = controller_manager_qps
         self.bins = bins or binaries.find_binaries()
         self.token = secrets.token_hex(16)
         # Each client gets a user of its own, so the audit log tells who wrote what.
@@ -80,7 +82,8 @@ class LocalCluster:
                 # sized for small clusters: with hundreds of Deployments converging, ReplicaSet and
                 # Deployment status then trail their pods by a minute. Managed offerings raise it
                 # (Huawei CCE defaults to 100; 200 past 1,000 nodes); so does this control plane.
-                "--kube-api-qps=100", "--kube-api-burst=100",
+                f"--kube-api-qps={self.controller_manager_qps}",
+                f"--kube-api-burst={max(self.controller_manager_qps, 30)}",
             ])
             self._start("kube-scheduler", [
                 str(self.bins["kube-scheduler"]), f"--kubeconfig={self.kubeconfig}",
