@@ -73,8 +73,12 @@ def _workload_counts(workload: dict[str, Any] | None) -> tuple[int, int, int, bo
     return int(st.get("replicas", 0)), int(st.get("readyReplicas", 0)), int(st.get("updatedReplicas", 0)), observed
 
 
-def _ready_ahead(workload: dict[str, Any] | None, pods: list[dict[str, Any]], desired: int) -> int:
-    """Ready replicas, read from the pods when the workload's status has not caught up yet.
+Counts = tuple[int, int, int, bool]  # (replicas, ready, updated, observed)
+
+
+def _counts(workload: dict[str, Any] | None, pods: list[dict[str, Any]] | None, desired: int) -> Counts:
+    """The workload's counts, its ready replicas read from `pods` (its own) when its status has
+    not caught up yet.
 
     The deployment controller reports a pod's readiness seconds after the kubelet (its writes are
     rate-limited: 20 a second for the whole controller manager by default, shared with every
@@ -84,22 +88,24 @@ def _ready_ahead(workload: dict[str, Any] | None, pods: list[dict[str, Any]], de
     and no other pod of this deployment exists. Multi-node groups keep their LeaderWorkerSet's count.
     """
     replicas, ready, updated, observed = _workload_counts(workload)
-    if workload is None or workload.get("kind") != "Deployment" or not observed \
+    if pods is None or workload is None or workload.get("kind") != "Deployment" or not observed \
             or replicas != desired or updated < desired:
-        return ready
+        return replicas, ready, updated, observed
     live = [p for p in pods if not rollout_pods.terminating(p)]
-    if len(live) != desired:
-        return ready
-    return max(ready, sum(1 for p in live if rollout_pods.ready(p)))
+    if len(live) == desired:
+        ready = max(ready, sum(1 for p in live if rollout_pods.ready(p)))
+    return replicas, ready, updated, observed
+
+
+def _serving(counts: Counts, desired: int) -> bool:
+    replicas, ready, updated, observed = counts
+    return observed and replicas == desired and updated >= desired and ready >= desired
 
 
 def workload_ready(workload: dict[str, Any], desired: int, pods: list[dict[str, Any]] | None = None) -> bool:
     """Serving `desired` replicas, all of the current template; `pods` (the deployment's own) let
     readiness be read ahead of the workload's status."""
-    replicas, ready, updated, observed = _workload_counts(workload)
-    if pods is not None:
-        ready = _ready_ahead(workload, pods, desired)
-    return observed and replicas == desired and updated >= desired and ready >= desired
+    return _serving(_counts(workload, pods, desired), desired)
 
 
 def _selector(name: str, plan: dict[str, Any]) -> str:
@@ -140,8 +146,8 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
     `rollout`, while one is tracked, adds status.rollout, and while it is active its words replace the
     generic Progressing/Degraded ones."""
     desired = desired_replicas(spec, status)
-    replicas, _, _, _ = _workload_counts(workload)
-    ready = _ready_ahead(workload, pods, desired)
+    seen = _counts(workload, pods, desired)
+    replicas, ready = seen[0], seen[1]
     updates: list[Condition] = []
 
     if plan.get("feasible"):
@@ -165,7 +171,7 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
                     Condition("Degraded", False, "AsExpected", "")]
     else:
         counts = f"{ready}/{desired} replicas ready"
-        is_ready = workload is not None and workload_ready(workload, desired, pods)
+        is_ready = workload is not None and _serving(seen, desired)
         failure = None if is_ready else (workload_failure(workload) or pod_failure(pods))
         waiting = None if is_ready else unschedulable(pods)
         if failure is not None:
