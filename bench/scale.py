@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from shardwise.devcluster.cluster import LocalCluster  # noqa: E402
 from shardwise.devcluster.processes import Process, free_port  # noqa: E402
+from shardwise.devcluster.scrape import operator_metrics  # noqa: E402
 
 OPERATOR_USER = "shardwise-operator"
 CRD = ROOT / "crds/inferencedeployments.shardwise.io.yaml"
@@ -84,17 +85,7 @@ class Operator:
         return self
 
     def metrics(self) -> dict[str, float]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-                text = r.read().decode()
-        except OSError:
-            return {}
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
+        return operator_metrics(self.metrics_port)
 
     def proc(self) -> dict[str, float]:
         pid = self.process.popen.pid  # type: ignore[union-attr]

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from shardwise.devcluster.cluster import LocalCluster
 from shardwise.devcluster.processes import Process, free_port
+from shardwise.devcluster.scrape import operator_metrics
 
 T = TypeVar("T")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -102,17 +103,7 @@ class OperatorProcess:
 
     def metrics(self) -> dict[str, float]:
         """The operator's own unlabelled metrics (name -> value); {} while it does not answer."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
-                text = response.read().decode()
-        except OSError:
-            return {}
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#") and "{" not in line:
-                name, _, value = line.partition(" ")
-                out[name] = float(value)
-        return out
+        return {name: value for name, value in operator_metrics(self.metrics_port).items() if "{" not in name}
 
     def settled(self, min_reconciles: int = 1) -> bool:
         """Synced, leading, at least `min_reconciles` done and nothing left in the queue."""
