@@ -209,3 +209,33 @@ def test_the_operators_own_configmaps_are_watched_by_name_and_read_from_memory()
     assert reader.get("v1", "ConfigMap", "sys", "shardwise-pricing")["data"] == {"NVIDIA-L40S": "1.1"}
     assert reader.get("v1", "ConfigMap", "sys", "shardwise-corrections") is None  # absent: no live read
     assert caches.named("v1", "ConfigMap", "sys", "other") is None
+
+
+def test_a_create_that_fails_leaves_no_expectation_behind() -> None:
+    # An API error or an unreachable server: the next ADDED event of that name (someone else's
+    # object, or ours created by a retry) must reach the handler.
+    from shardwise.controller.kube import Kube
+
+    seen: list[str] = []
+    caches = Caches(None, ["a"],  # type: ignore[arg-type]
+                    on_child=lambda old, new: seen.append((new or old)["metadata"]["name"]))
+
+    class Failing(Kube):
+        def __init__(self, error: BaseException) -> None:
+            super().__init__(api_client=object())  # type: ignore[arg-type]
+            self.error = error
+
+        def request(self, *args: Any, **kwargs: Any) -> Any:
+            raise self.error
+
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", **obj("m", 1, ns="a")}
+    for error in (ApiException(status=500, reason="Internal Server Error"), ConnectionRefusedError()):
+        kube = Failing(error)
+        kube.cache = caches
+        try:
+            kube.apply(deployment, force=False)
+        except (ApiException, OSError):
+            pass
+        caches._informer("apps/v1", "Deployment", "a").apply_event("ADDED", deployment)
+        caches._informer("apps/v1", "Deployment", "a").apply_event("DELETED", deployment)
+    assert seen == ["m", "m", "m", "m"]
