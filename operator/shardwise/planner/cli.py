@@ -1,17 +1,25 @@
 """`shardwise plan`: the planner offline, on an InferenceDeployment and a nodes file or a cluster.
 
-Contract (other tools depend on it): `-o json` prints exactly `Plan.to_dict()`; exit 0 when the plan
+Contract (other tools depend on it): `-o json` prints exactly `Plan.to_dict()` (plus `architecture`
+for a model read from its config.json, below); exit 0 when the plan
 is feasible, 2 when it is not (the JSON is still printed), 1 on bad input with a one-line error
 naming the field. The nodes file is what `kubectl get nodes -o yaml` prints; a List from
 `kubectl get nodes,pods -A -o yaml` also works, and its running pods' GPUs then count as taken.
 `--cluster` reads nodes and pods from the current kubeconfig: the only place the planner package
 touches the Kubernetes client, imported lazily so the pure planner never loads it.
+
+A model the catalog lacks, with no spec.model.architecture, is planned from its own config.json:
+from `--model-config DIR_OR_FILE`, else from the hub (HF_ENDPOINT, HF_TOKEN) at spec.model.revision,
+through shardwise.hub (also imported lazily). The architecture used and its source are then printed
+(MODEL line) and added to the JSON as `architecture`; an unreadable repo exits 1 with the hub's
+answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -20,7 +28,7 @@ from typing import Any
 import yaml
 
 from shardwise import planner, pricing
-from shardwise.planner import corrections, plans
+from shardwise.planner import corrections, hfconfig, models, plans
 
 _BAND_NAMES = {"ttftMs": "TTFT", "itlMs": "ITL", "tokensPerSecond": "tokens/s"}
 EXIT_FEASIBLE = 0
@@ -47,6 +55,11 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--prices", help="YAML map of GPU product to USD per GPU-hour (cluster pricing table)"
+    )
+    parser.add_argument(
+        "--model-config",
+        help="a model's config.json, or its folder (with model.safetensors.index.json): for models "
+        "the catalog lacks; without it they are read from the hub (HF_ENDPOINT, HF_TOKEN)",
     )
     parser.add_argument("-o", "--output", choices=("json", "table"), default="table")
     workload = parser.add_argument_group(
@@ -171,8 +184,47 @@ def _prices(path: str | None) -> dict[str, float] | None:
     return prices
 
 
-def _table(result: plans.Plan) -> str:
+def _resolved_architecture(
+    spec: Mapping[str, Any], model_config: str | None
+) -> models.ModelArch | None:
+    """The model's architecture from its config.json when the catalog and the spec lack it."""
+    model = spec.get("model")
+    if not isinstance(model, Mapping) or not hfconfig.needs_config(model):
+        return None
+    from shardwise import hub  # lazily: only a model the catalog lacks needs the hub client
+
+    files: hfconfig.RepoFiles
+    if model_config:
+        files = hub.FolderFiles(model_config)
+    else:
+        revision = model.get("revision")
+        files = hub.HubFiles(str(model["name"]).strip(), revision=str(revision) if revision else None,
+                             token=os.environ.get("HF_TOKEN") or None)
+    # Either way the user can still give the numbers themselves: the message says how.
+    fallback = (
+        f"spec.model.architecture: model {str(model['name']).strip()!r} is not in the built-in "
+        "catalog and its config.json could not be read"
+    )
+    advice = "set parameters, layers, hiddenSize, attentionHeads, or pass --model-config"
+    try:
+        return hfconfig.resolve_architecture(model, files)
+    except hub.HubError as error:
+        raise _InputError(f"{fallback} ({error.reason}: {error.message}); {advice}") from None
+    except hfconfig.ConfigError as error:
+        raise _InputError(f"{fallback} ({files.where}: {error}); {advice}") from None
+
+
+def _table(result: plans.Plan, arch: models.ModelArch | None = None) -> str:
     lines = [f"FEASIBLE     {'yes' if result.feasible else 'no'} ({result.reason_code})"]
+    if arch is not None:
+        lines.extend(
+            textwrap.wrap(
+                f"{arch.layers} layers, hidden {arch.hidden_size}, {arch.attention_heads} heads "
+                f"({arch.kv_heads} KV, dim {arch.head_dim}), {arch.parameters / 1e9:.2f}B "
+                f"parameters ({arch.active_parameters / 1e9:.2f}B active): {arch.source}",
+                100, initial_indent="MODEL        ", subsequent_indent=" " * 13,
+            )
+        )
     if result.tensor_parallel:
         lines.append(
             f"LAYOUT       TP{result.tensor_parallel} x PP{result.pipeline_parallel}: "
@@ -227,7 +279,9 @@ def _table(result: plans.Plan) -> str:
 def run(args: argparse.Namespace) -> int:
     """Handle `shardwise plan`; returns the exit status."""
     try:
-        request = planner.request_from_spec(_with_workload(_deployment_spec(args.filename), args))
+        spec = _with_workload(_deployment_spec(args.filename), args)
+        resolved = _resolved_architecture(spec, args.model_config)
+        request = planner.request_from_spec(spec, architecture=resolved)
         nodes, pods = _cluster_objects() if args.cluster else _objects(args.nodes)
         learned = _cluster_corrections(args.operator_namespace) if args.cluster else {}
         result = planner.plan(
@@ -240,9 +294,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.output == "json":
-        print(json.dumps(result.to_dict(), indent=2))
+        printed = result.to_dict()
+        if resolved is not None:
+            printed["architecture"] = hfconfig.describe(request.arch)
+        print(json.dumps(printed, indent=2))
     else:
-        print(_table(result))
+        print(_table(result, request.arch if resolved is not None else None))
     return EXIT_FEASIBLE if result.feasible else EXIT_INFEASIBLE
 
 

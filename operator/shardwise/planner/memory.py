@@ -9,6 +9,8 @@ vLLM reserves `gpuMemoryUtilization` x GPU memory per GPU and must fit, on every
 - KV bytes/token = 2 x layers x kvHeads x headDim x 2 bytes (vLLM's `--kv-cache-dtype auto` keeps
   the cache in the activation dtype, 16-bit, even for fp8 or int4 weights). With TP > kvHeads vLLM
   replicates KV heads, so each GPU holds 1/kvHeads of the cache rather than 1/TP.
+- Sliding-window layers (gpt-oss, Gemma 3; read from config.json) keep only their window of each
+  sequence, so KV per sequence is not simply linear in maxModelLen for those models.
 - The slowest pipeline stage holds ceil(layers / PP) layers; that stage sets the fit.
 - Overhead: ~0.5 GiB CUDA context, ~0.5 GiB NCCL buffers and cuBLAS workspace, ~0.5 GiB CUDA graphs;
   activations for vLLM's default 2048-token scheduling chunk, with ~16 live 16-bit tensors of
@@ -91,7 +93,10 @@ def memory_per_gpu(
 ) -> MemoryFit:
     share = stage_share(arch.layers, pp)
     weights = arch.parameters * bytes_per_weight * share / tp
-    per_sequence = max_model_len * kv_bytes_per_token(arch) * share / min(tp, arch.kv_heads)
+    per_sequence = (
+        arch.kv_elements_per_sequence(max_model_len) * KV_BYTES_PER_ELEMENT * share
+        / min(tp, arch.kv_heads)
+    )
     activations = ACTIVATION_TOKENS * arch.hidden_size * ACTIVATION_BYTES_PER_HIDDEN_UNIT / tp
     return MemoryFit(
         weights_gib=weights / GIB,

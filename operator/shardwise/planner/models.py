@@ -30,6 +30,11 @@ class ModelArch:
     active_parameters: float
     source: str
     context_length: int | None = None  # max_position_embeddings; None when not known
+    # Read from a config.json (hfconfig.py); the catalog's entries leave them unset.
+    weight_bytes: float | None = None  # a quantized checkpoint's bytes, which vLLM loads as stored
+    quantization: str | None = None  # the checkpoint's quant_method: fp8, awq, gptq, mxfp4
+    sliding_window: int | None = None  # tokens a sliding-window layer keeps in its KV cache
+    sliding_layers: int = 0  # layers with that window; the others keep the whole sequence
 
     @property
     def is_moe(self) -> bool:
@@ -38,6 +43,14 @@ class ModelArch:
     def kv_elements_per_token(self) -> int:
         """K and V elements cached per token across all layers: 2 x layers x kvHeads x headDim."""
         return 2 * self.layers * self.kv_heads * self.head_dim
+
+    def kv_elements_per_sequence(self, tokens: int) -> int:
+        """K and V elements one sequence of `tokens` caches: sliding-window layers keep only their
+        window (vLLM's hybrid KV cache manager allocates them no more), the others every token."""
+        per_layer_token = 2 * self.kv_heads * self.head_dim
+        windowed = min(tokens, self.sliding_window) if self.sliding_window else tokens
+        full_layers = self.layers - self.sliding_layers
+        return per_layer_token * (full_layers * tokens + self.sliding_layers * windowed)
 
 
 # Decorations that do not change the architecture: chat/instruct tunes, quantized re-uploads,

@@ -68,13 +68,19 @@ class PlanRequest:
     def bytes_per_weight(self) -> float:
         if self.quantization:
             return _QUANTIZATION_BYTES[self.quantization]
+        if self.arch.weight_bytes:
+            # A quantized checkpoint read from its config.json: vLLM loads it as stored, whatever
+            # the activation dtype, so its bytes on disk are its bytes in memory.
+            return self.arch.weight_bytes / self.arch.parameters
         return _DTYPE_BYTES[self.dtype]
 
     @property
     def weight_format(self) -> str:
-        """How weights are stored, in words for reasons: "bf16", "fp8", "awq int4"."""
+        """How weights are stored, in words for reasons: "bf16", "fp8", "awq int4", "mxfp4"."""
         if self.quantization:
             return f"{self.quantization} int4"
+        if self.arch.weight_bytes and self.arch.quantization:
+            return self.arch.quantization
         return {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8"}[self.dtype]
 
 
@@ -129,12 +135,15 @@ def _parameter_count(value: Any, field: str) -> float:
     return count
 
 
-def _architecture(name: str, given: Mapping[str, Any]) -> models.ModelArch:
-    """The catalog entry for `name`, `given` fields overriding it; all of it for unknown models."""
+def _architecture(
+    name: str, given: Mapping[str, Any], resolved: models.ModelArch | None = None
+) -> models.ModelArch:
+    """The catalog entry for `name` (or `resolved`, read from the model's config.json), `given`
+    fields overriding it; all of it for unknown models."""
     field = "spec.model.architecture"
     # An explicit null is no value: the catalog's (or the missing-field error) applies.
     given = {key: value for key, value in given.items() if value is not None}
-    base = models.lookup_model(name)
+    base = resolved or models.lookup_model(name)
     if base is None:
         missing = [
             key
@@ -180,6 +189,21 @@ def _architecture(name: str, given: Mapping[str, Any]) -> models.ModelArch:
         active = parameters
     if active > parameters:
         raise PlanInputError(f"{field}.activeParameters", "exceeds parameters")
+    if resolved is not None and not given:
+        return resolved
+    config_facts: dict[str, Any] = {}
+    if resolved is not None:
+        # The config's sliding windows still hold when the spec overrides other numbers; its
+        # weight bytes only while the spec leaves the parameter count alone.
+        config_facts = {
+            "sliding_window": resolved.sliding_window,
+            "sliding_layers": resolved.sliding_layers,
+            "context_length": resolved.context_length,
+        }
+        if "parameters" not in given:
+            config_facts.update(
+                weight_bytes=resolved.weight_bytes, quantization=resolved.quantization
+            )
     return models.ModelArch(
         name=base.name if base else name,
         layers=layers,
@@ -189,7 +213,11 @@ def _architecture(name: str, given: Mapping[str, Any]) -> models.ModelArch:
         head_dim=head_dim,
         parameters=parameters,
         active_parameters=active,
-        source=base.source if base and not given else "spec.model.architecture",
+        source=(
+            base.source if base is not None and resolved is None and not given
+            else "spec.model.architecture" + (f" over {resolved.source}" if resolved else "")
+        ),
+        **config_facts,
     )
 
 
@@ -247,8 +275,13 @@ def _tolerations(value: Any) -> tuple[placement.Toleration, ...]:
     return tuple(result)
 
 
-def request_from_spec(spec: Mapping[str, Any]) -> PlanRequest:
-    """Read and validate an InferenceDeployment `.spec` (camelCase keys) into a PlanRequest."""
+def request_from_spec(
+    spec: Mapping[str, Any], *, architecture: models.ModelArch | None = None
+) -> PlanRequest:
+    """Read and validate an InferenceDeployment `.spec` (camelCase keys) into a PlanRequest.
+
+    `architecture` is the model's, read from its config.json (hfconfig.resolve_architecture) when
+    the catalog lacks it; fields of spec.model.architecture still override it."""
     if not isinstance(spec, Mapping):
         raise PlanInputError("spec", "must be an object")
     model = _section(spec, "model")
@@ -260,6 +293,7 @@ def request_from_spec(spec: Mapping[str, Any]) -> PlanRequest:
     name = model.get("name")
     if not isinstance(name, str) or not name.strip():
         raise PlanInputError("spec.model.name", "is required (a Hugging Face repo id)")
+    resolved = architecture
     architecture = model.get("architecture") or {}
     if not isinstance(architecture, Mapping):
         raise PlanInputError("spec.model.architecture", "must be an object")
@@ -316,7 +350,7 @@ def request_from_spec(spec: Mapping[str, Any]) -> PlanRequest:
 
     return PlanRequest(
         model_name=name.strip(),
-        arch=_architecture(name, architecture),
+        arch=_architecture(name, architecture, resolved),
         dtype=dtype,
         quantization=quantization,
         max_model_len=_positive_int(

@@ -10,7 +10,9 @@ client makes for `model_info` and `hf_hub_download`:
 
 and the hub's error shapes (status plus `X-Error-Code`): RepoNotFound, RevisionNotFound,
 EntryNotFound, GatedRepo (401 without a token, 403 with a wrong one). A repository is gated when
-its folder holds `.hub.json` with {"gated": true, "token": "..."}. Downloads can be throttled
+its folder holds `.hub.json` with {"gated": true, "token": "..."}; a `safetensors` object there
+({"parameters": {"BF16": n}, "total": n}, as the hub publishes it) is served in the model info, so
+the planner can read a model's parameter count from it (tests/fixtures/hub-configs). Downloads can be throttled
 (bytes per second per response) so progress is visible, and every byte served is counted per
 file, so a test can prove that a resumed download did not fetch finished files again.
 """
@@ -52,6 +54,7 @@ class HubRepo:
     files: tuple[HubFile, ...]
     commit: str
     gated_token: str | None
+    safetensors: dict[str, Any] | None = None
 
 
 def _hash_file(path: pathlib.Path, lfs: bool) -> tuple[str, str | None]:
@@ -78,7 +81,8 @@ def load_repo(root: pathlib.Path, repo_id: str) -> HubRepo | None:
     commit = hashlib.sha1("".join(f"{f.path}\0{f.blob_id}\n" for f in files).encode()).hexdigest()
     settings = json.loads((folder / ".hub.json").read_text()) if (folder / ".hub.json").is_file() else {}
     token = settings.get("token") if settings.get("gated") else None
-    return HubRepo(repo_id, folder, tuple(files), commit, token)
+    safetensors = settings.get("safetensors") if isinstance(settings.get("safetensors"), dict) else None
+    return HubRepo(repo_id, folder, tuple(files), commit, token, safetensors)
 
 
 def _error(status: int, code: str, message: str) -> web.Response:
@@ -135,7 +139,9 @@ class LocalHub:
             if f.sha256:
                 sibling["lfs"] = {"size": f.size, "sha256": f.sha256, "pointerSize": 134}
             siblings.append(sibling)
+        extra = {"safetensors": repo.safetensors} if repo.safetensors else {}
         return web.json_response({
+            **extra,
             "_id": repo.commit[:24], "id": repo.repo_id, "modelId": repo.repo_id, "author": repo.repo_id.split("/")[0],
             "sha": repo.commit, "private": False, "disabled": False,
             "gated": "manual" if repo.gated_token else False, "tags": [], "siblings": siblings,

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from shardwise import planner
 from shardwise.planner import cli
+from shardwise_runtime.sim.hub_thread import HubThread
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DEPLOYMENTS = FIXTURES / "deployments"
@@ -42,6 +44,18 @@ PREDICTED_KEYS = {
     "expectedError",
     "idleItlMs",
 }
+
+
+@pytest.fixture(autouse=True)
+def empty_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A local hub with no repositories as HF_ENDPOINT: a model the catalog lacks is looked up
+    there (and refused, 404) instead of on the internet; subprocesses inherit it."""
+    (tmp_path / "hub").mkdir()
+    with HubThread(tmp_path / "hub") as local:
+        monkeypatch.setenv("HF_ENDPOINT", local.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        yield local.url
 
 
 def _plan_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
@@ -124,6 +138,7 @@ def test_bad_input_is_one_line_naming_the_field(capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert code == 1
     assert err.count("\n") == 1 and "spec.model.architecture" in err
+    assert "ModelNotFound" in err and "Repository Not Found" in err  # the hub's own answer
 
 
 def test_missing_file_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
