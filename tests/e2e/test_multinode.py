@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
-from shardwise.controller.compare import contains
+from shardwise.kube.compare import contains
 from shardwise.render import children, leaderworkerset
 
 from tests.e2e.support import Kubectl, OperatorProcess, eventually

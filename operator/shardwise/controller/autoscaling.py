@@ -24,12 +24,14 @@ import pydantic
 from shardwise import autoscale, conditions, planner
 from shardwise.api import v1alpha1 as api
 from shardwise.autoscale import History
-from shardwise.controller import events, progress
-from shardwise.controller.compare import merge_patch
-from shardwise.controller.kube import ApiException, Kube
-from shardwise.controller.quietlog import QuietLog
+from shardwise.controller import events
+from shardwise.decide import progress
+from shardwise.kube.compare import merge_patch
+from shardwise.controller.cluster import Cluster
+from shardwise.kube.client import ApiException
+from shardwise.kube.quietlog import QuietLog
 from shardwise.controller.reconcile import now_rfc3339
-from shardwise.controller.scaling_status import (MAX_HISTORY, Outcome, apply_decision, capacity_replicas,
+from shardwise.decide.scaling_status import (MAX_HISTORY, Outcome, apply_decision, capacity_replicas,
                                                  conflict_condition, hpa_conflicts, observation)
 from shardwise.controller.settings import Settings
 from shardwise.observe.aggregate import Summary
@@ -47,7 +49,7 @@ class Autoscaler:
     the resourceVersion they were computed from (a 409 retries the evaluation a second later).
     """
 
-    def __init__(self, kube: Kube, settings: Settings, latest: Callable[[str, str], Summary | None],
+    def __init__(self, kube: Cluster, settings: Settings, latest: Callable[[str, str], Summary | None],
                  reconcile: Callable[[str, str], None], *, acting: Callable[[], bool] = lambda: True,
                  clock: Callable[[], float] = time.time) -> None:
         self.kube = kube

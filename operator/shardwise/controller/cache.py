@@ -23,8 +23,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from shardwise.api import v1alpha1 as api
-from shardwise.controller.informer import Informer, Obj, strip_managed_fields
-from shardwise.controller.kube import Kube
+from shardwise.kube.informer import Informer, Obj, strip_managed_fields
+from shardwise.kube.client import Kube
 from shardwise.render import modelcache as mc
 from shardwise.render.labels import INSTANCE_LABEL
 from shardwise.rollout import pods as rollout_pods

@@ -17,7 +17,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from shardwise.controller.kube import ApiException, Kube
+from shardwise.controller.cluster import Cluster
+from shardwise.kube.client import ApiException
 from shardwise.observe import aggregate
 from shardwise.planner import corrections, plans, replay
 
@@ -27,7 +28,7 @@ CONFIGMAP = "shardwise-corrections"
 DATA_KEY = "corrections.json"
 
 
-def read_table(kube: Kube, namespace: str) -> dict[str, plans.Correction]:
+def read_table(kube: Cluster, namespace: str) -> dict[str, plans.Correction]:
     """The stored corrections; empty when the ConfigMap is missing or unreadable."""
     try:
         cm = kube.get("v1", "ConfigMap", namespace, CONFIGMAP)
@@ -63,7 +64,7 @@ def observed_figures(summary: aggregate.Summary) -> dict[str, float | None]:
 class Calibrator:
     """Holds the correction table in memory; thread-safe (observer and reconcile threads)."""
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
+    def __init__(self, kube: Cluster, namespace: str) -> None:
         self._kube = kube
         self._namespace = namespace
         self._lock = threading.Lock()

@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from shardwise.controller import manager
-    from shardwise.controller.leader import Timing
+    from shardwise.kube.leader import Timing
     from shardwise.controller.settings import Settings
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

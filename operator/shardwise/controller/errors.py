@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes.client import ApiException
 
-from shardwise.controller.workload_health import is_quota_refusal
+from shardwise.decide.workload_health import is_quota_refusal
 
 
 NAMESPACE_TERMINATING = "NamespaceTerminating"

@@ -1,16 +1,13 @@
 """The operator process: informers feed one work queue, workers reconcile, one leader acts.
 
-Why not Kopf: its watches filter labels client-side (every Pod, Node, Deployment and Service of
-the cluster arrives whole), its first list is one unpaginated request, it has no notion of a
-synced cache to wait for, its event handlers are not retried, and its peering is not a Lease.
-What it gave us (watch loops, a probe endpoint, login) is a few hundred lines here, each with the
-guarantee controller-runtime gives:
+Kopf is not used (docs/architecture.md, "Why not Kopf", has the facts): this process is
+controller-runtime's manager in a few hundred lines, on the machinery in shardwise.kube:
 
-    informers (cache.py) --events--> WorkQueue (workqueue.py) --keys--> N worker threads
-         |  list+watch, synced            collapse, backoff               reconcile.py
-         '--------- reads (kube.py reads the caches) <----------------------'
-    LeaderElector (leader.py): only the leader's workers, observer and autoscaler act.
-    health.py: /healthz and /readyz from flags in memory.
+    informers (cache.py) --events--> WorkQueue --keys--> N worker threads: reconcile.py
+         |  list+watch, synced       collapse, backoff      gather -> decide -> act
+         '--------- reads (cluster.py: from the caches) <--------'
+    LeaderElector: only the leader's workers, observer and autoscaler act.
+    health: /healthz and /readyz from flags in memory.
 
 Threads, not asyncio, for the informers and workers: the Kubernetes client is blocking. The
 observer (aiohttp scrapes) and the autoscaler run on one asyncio loop in the main thread.
@@ -30,17 +27,20 @@ from typing import Any
 import prometheus_client
 import urllib3
 
-from shardwise.controller import autoscaling, calibration, errors, events, health, modelcache, observing, planning
+from shardwise.controller import autoscaling, calibration, errors, modelcache, observing
+from shardwise.decide import planning
+from shardwise.controller.cluster import Cluster
+from shardwise.kube import events, health
 from shardwise.controller import reconcile as reconciling
 from shardwise.controller.cache import Caches, node_material, pod_owner
-from shardwise.controller.informer import Obj, wait_for_sync
-from shardwise.controller.kube import ApiException, Kube, retry_after
-from shardwise.controller.leader import LeaderElector, Timing
+from shardwise.kube.informer import Obj, wait_for_sync
+from shardwise.kube.client import ApiException, Kube, retry_after
+from shardwise.kube.leader import LeaderElector, Timing
 from shardwise.controller.settings import Settings
-from shardwise.controller.triggers import child_signal, needs_reconcile, pod_signal
-from shardwise.controller.workqueue import HIGH, LOW, NORMAL, ShutDown, WorkQueue
+from shardwise.decide.triggers import child_signal, needs_reconcile, pod_signal
+from shardwise.kube.workqueue import HIGH, LOW, NORMAL, ShutDown, WorkQueue
 from shardwise.observe import operator_metrics
-from shardwise.render.labels import INSTANCE_LABEL
+from shardwise.render.labels import FIELD_MANAGER, INSTANCE_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class RunOptions:
 class Manager:
     def __init__(self, settings: Settings, options: RunOptions, kube: Kube | None = None) -> None:
         self.settings, self.options = settings, options
-        self.kube = kube or Kube()
+        self.kube = kube or Kube(field_manager=FIELD_MANAGER)
         self.stop = threading.Event()
         self.queue: WorkQueue[Key] = WorkQueue()
         self.contact = health.ApiContact()
@@ -85,14 +85,14 @@ class Manager:
         self.caches = Caches(self.kube, options.namespaces, on_infd=self._on_infd, on_child=self._on_child,
                              on_node=self._on_node, on_pod=self._on_pod, on_contact=self.contact.mark,
                              configmaps=own)
-        self.kube.cache = self.caches
+        self.cluster = Cluster(self.kube, self.caches)
         self.events = events.EventSink(self.kube.post_event)
         self.kube.event_sink = self.events
         self.elector = LeaderElector(self.kube, options.lease_namespace, LEASE_NAME, identity=options.identity,
                                      timing=options.lease_timing, on_contact=self.contact.mark,
                                      on_started=self.enqueue_all)
-        self.observer = observing.Observer(self.kube, settings, acting=self.acting)
-        self.autoscaler = autoscaling.Autoscaler(self.kube, settings, self.observer.latest, self.request,
+        self.observer = observing.Observer(self.cluster, settings, acting=self.acting)
+        self.autoscaler = autoscaling.Autoscaler(self.cluster, settings, self.observer.latest, self.request,
                                                  acting=self.acting)
         self.synced = threading.Event()
         # Namespaces a write was refused in because they are being deleted: their keys are
@@ -197,11 +197,13 @@ class Manager:
         RECONCILES.inc()
         try:
             with operator_metrics.RECONCILE_DURATION.labels("reconcile").time():
-                reconciling.reconcile(self.kube, self.settings, *key)
+                outcome = reconciling.reconcile(self.cluster, self.settings, *key)
         except Exception as exc:  # noqa: BLE001 - every failure requeues with backoff
             self._requeue_after_failure(key, exc)
         else:
             self.queue.forget(key)
+            if outcome.requeue:  # a child waits for one this pass created
+                self.request(*key, priority=HIGH, source="requeue")
 
     def _requeue_after_failure(self, key: Key, exc: Exception) -> None:
         failures = self.queue.backoff.failures(key)
@@ -279,7 +281,7 @@ class Manager:
     async def run_loops(self) -> None:
         """The observer, autoscaler and model cache loop until stopped (they check `acting`)."""
         tasks = [asyncio.create_task(self.observer.run_forever()), asyncio.create_task(self.autoscaler.run_forever()),
-                 asyncio.create_task(modelcache.run_forever(self.kube, self.settings, self.request, self.acting,
+                 asyncio.create_task(modelcache.run_forever(self.cluster, self.settings, self.request, self.acting,
                                                                self.watched))]
         operator_metrics.start_server(self.settings.metrics_port)
         try:

@@ -1,7 +1,6 @@
-"""The model cache shell: read what the cache state depends on, create the claim and downloader
-Job when missing, scrape the running downloader's progress, record a verified cache on its claim,
-and remove caches nobody uses after the grace period. Every decision is in cachestate.py and
-render/modelcache.py.
+"""The model cache shell: read what the cache's state depends on (the gather step of reconcile),
+and, as a loop, refresh downloads under way and remove caches nobody uses after the grace period.
+Every decision is in decide/modelcache.py, decide/cachestate.py and render/modelcache.py.
 
 Progress reaches the operator the way engine metrics do: it GETs `/progress` on the downloader
 pod's IP. The downloader then needs no Kubernetes credentials at all (its pod mounts no service
@@ -13,6 +12,7 @@ annotations, which are the cache's durable record (commit, bytes) for every depl
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import json
 import logging
@@ -24,25 +24,19 @@ from urllib.parse import quote
 import pydantic
 
 from shardwise.api import v1alpha1 as api
-from shardwise.controller import cachestate
-from shardwise.controller.kube import ApiException, Kube, collection_path
-from shardwise.controller.quietlog import QuietLog
+from shardwise.controller.cluster import Cluster
 from shardwise.controller.settings import Settings
-from shardwise.render import children
+from shardwise.decide import cachestate
+from shardwise.decide import modelcache as cache_decision
+from shardwise.kube.client import collection_path
+from shardwise.kube.quietlog import QuietLog
 from shardwise.render import modelcache as mc
 
 log = logging.getLogger(__name__)
-INPUTS_ANNOTATION = "shardwise.io/downloader-inputs"
-
-
 def resolve(settings: Settings, spec: api.InferenceDeploymentSpec) -> mc.CacheRef:
     return mc.resolve(spec, default_mode=settings.model_cache_mode,
                       default_storage_class=settings.model_cache_storage_class,
                       default_endpoint=settings.hub_endpoint)
-
-
-def _path(api_version: str, kind: str, namespace: str, name: str) -> str:
-    return f"{collection_path(api_version, kind, namespace)}/{quote(name)}"
 
 
 def _scrape(pod: dict[str, Any], timeout: float) -> dict[str, Any] | None:
@@ -57,44 +51,26 @@ def _scrape(pod: dict[str, Any], timeout: float) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and value.get("bytesTotal") else None
 
 
-def _inputs(job: dict[str, Any]) -> str:
-    """What a failed Job would need to differ in for a new attempt to make sense (token, hub)."""
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    return json.dumps([container.get("image"), container.get("env")], sort_keys=True)
-
-
-def ensure(kube: Kube, settings: Settings, namespace: str, spec: api.InferenceDeploymentSpec,
-           plan: dict[str, Any]) -> tuple[mc.CacheRef, cachestate.CacheView]:
-    """Bring the cache this spec uses into being and say how far along it is."""
+def gather(kube: Cluster, settings: Settings, namespace: str,
+           spec: api.InferenceDeploymentSpec) -> cache_decision.CacheInputs:
+    """What the cache this spec uses depends on. The Job, its pods and the claim's events are read
+    live (the informers keep slim serving pods, and the outcome is in the downloader pod's
+    termination message), and only while a download is on its way."""
     ref = resolve(settings, spec)
     if ref.mode == "None":
-        return ref, cachestate.view(ref, claim=None, storage_class_found=None, claim_events=[], job=None,
-                                    pods=[], scraped=None)
+        return cache_decision.CacheInputs(ref)
     claim = kube.get("v1", "PersistentVolumeClaim", namespace, ref.claim or "")
     if ref.mode == "PVC":
-        return ref, cachestate.view(ref, claim=claim, storage_class_found=None, claim_events=[], job=None,
-                                    pods=[], scraped=None)
+        return cache_decision.CacheInputs(ref, claim=claim)
     storage_class_found = None
     if ref.storage_class and claim is None:
         storage_class_found = kube.get_cluster_scoped(
             f"/apis/storage.k8s.io/v1/storageclasses/{quote(ref.storage_class)}") is not None
-    early = cachestate.view(ref, claim=claim, storage_class_found=storage_class_found, claim_events=[], job=None,
-                            pods=[], scraped=None)
-    if early.phase in ("Ready", "Failed"):
-        return ref, early
-    if claim is None:
-        claim = kube.apply(mc.build_claim(ref, namespace, mc.weight_bytes(plan)))
-        log.info("%s: created model cache claim %s for %s@%s", namespace, ref.claim, ref.model, ref.revision)
-    token = spec.model.hfTokenSecretRef
-    desired_job = mc.build_job(ref, namespace, claim["metadata"]["uid"], image=settings.downloader_image,
-                               token_secret=(token.name, token.key) if token else None)
-    desired_job["metadata"]["annotations"][INPUTS_ANNOTATION] = _inputs(desired_job)
-    job = kube.get("batch/v1", "Job", namespace, ref.job or "")
-    if job is None:
-        job = kube.apply(desired_job)
-        log.info("%s: started downloader Job %s", namespace, ref.job)
-    # Live, not from the informers: they keep slim serving pods, and the outcome is in the
-    # downloader pod's termination message. Only while a cache is on its way.
+    inputs = cache_decision.CacheInputs(ref, claim=claim, storage_class_found=storage_class_found)
+    if not cache_decision.needs_download_reads(inputs):
+        return inputs
+    assert claim is not None
+    job = kube.get_live("batch/v1", "Job", namespace, ref.job or "")
     pods = kube.list(collection_path("v1", "Pod", namespace), labelSelector=f"{mc.CACHE_LABEL}={ref.key}")
     running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
     scraped = next((s for s in (_scrape(p, settings.scrape_timeout_seconds) for p in running) if s), None)
@@ -102,39 +78,7 @@ def ensure(kube: Kube, settings: Settings, namespace: str, spec: api.InferenceDe
     if (claim.get("status") or {}).get("phase") != "Bound":
         events = kube.list(collection_path("v1", "Event", namespace),
                            fieldSelector=f"involvedObject.kind=PersistentVolumeClaim,involvedObject.name={ref.claim}")
-    state = cachestate.view(ref, claim=claim, storage_class_found=storage_class_found, claim_events=events, job=job,
-                            pods=pods, scraped=scraped)
-    if state.phase == "Ready":
-        _record_ready(kube, namespace, ref, state)
-    elif state.phase == "Failed" and job is not None and \
-            job["metadata"].get("annotations", {}).get(INPUTS_ANNOTATION) != _inputs(desired_job):
-        # The spec changed what the download depends on (a token was added): try again.
-        kube.delete_owned(job)
-        log.info("%s: downloader inputs changed; replacing failed Job %s", namespace, ref.job)
-        state = cachestate.CacheView("Downloading", "DownloaderStarting", f"retrying the download of {ref.model}")
-    return ref, state
-
-
-def existing_workload(kube: Kube, owner: children.Owner) -> dict[str, Any] | None:
-    """The serving workload this deployment already runs, whichever kind, if any."""
-    for api_version, kind, name in children.workload_candidates(owner.name):
-        try:
-            found = kube.get(api_version, kind, owner.namespace, name)
-        except ApiException as exc:
-            if exc.status == 404:  # the kind is not installed (no LeaderWorkerSet CRD)
-                continue
-            raise
-        if found is not None:
-            return found
-    return None
-
-
-def _record_ready(kube: Kube, namespace: str, ref: mc.CacheRef, state: cachestate.CacheView) -> None:
-    annotations = {mc.PHASE_ANNOTATION: "Ready", mc.COMMIT_ANNOTATION: state.commit or "",
-                   mc.BYTES_ANNOTATION: str((state.progress or {}).get("bytesTotal", 0))}
-    kube.request("PATCH", _path("v1", "PersistentVolumeClaim", namespace, ref.claim or ""),
-                 body={"metadata": {"annotations": annotations}}, content_type="application/merge-patch+json")
-    log.info("%s: model cache %s verified at commit %s", namespace, ref.claim, state.commit)
+    return dataclasses.replace(inputs, job=job, pods=tuple(pods), claim_events=tuple(events), scraped=scraped)
 
 
 # -- the loop: progress refresh and unused-cache removal ---------------------------------------
@@ -153,7 +97,7 @@ def _claims_in_use(settings: Settings, items: list[dict[str, Any]]) -> set[tuple
     return used
 
 
-def collect_unused(kube: Kube, settings: Settings, items: list[dict[str, Any]], now: datetime.datetime,
+def collect_unused(kube: Cluster, settings: Settings, items: list[dict[str, Any]], now: datetime.datetime,
                    watched: Callable[[str], bool] = lambda _: True) -> list[str]:
     """Mark, unmark or delete cache claims by whether any InferenceDeployment still uses them.
 
@@ -167,21 +111,19 @@ def collect_unused(kube: Kube, settings: Settings, items: list[dict[str, Any]], 
         key = (meta["namespace"], meta["name"])
         decision = cachestate.unused_decision(claim, key in used, now=now,
                                               grace_s=settings.model_cache_grace_seconds)
-        path = _path("v1", "PersistentVolumeClaim", meta["namespace"], meta["name"])
+        typed = {**claim, "apiVersion": "v1", "kind": "PersistentVolumeClaim"}
         if decision == "mark":
             stamp = now.replace(microsecond=0).isoformat().replace("+00:00", "Z")
-            kube.request("PATCH", path, body={"metadata": {"annotations": {mc.UNUSED_SINCE_ANNOTATION: stamp}}},
-                         content_type="application/merge-patch+json")
+            kube.patch_metadata(typed, {"annotations": {mc.UNUSED_SINCE_ANNOTATION: stamp}})
         elif decision == "unmark":
-            kube.request("PATCH", path, body={"metadata": {"annotations": {mc.UNUSED_SINCE_ANNOTATION: None}}},
-                         content_type="application/merge-patch+json")
+            kube.patch_metadata(typed, {"annotations": {mc.UNUSED_SINCE_ANNOTATION: None}})
         elif decision == "delete":
             # The Job first: its finished pod still counts as a user of the claim, whose
             # protection finalizer would hold the claim (and so the owned Job) forever.
-            job = kube.get("batch/v1", "Job", meta["namespace"], f"{meta['name']}-download")
+            job = kube.get_live("batch/v1", "Job", meta["namespace"], f"{meta['name']}-download")
             if job is not None:
                 kube.delete_owned(job)
-            kube.delete_owned({**claim, "apiVersion": "v1", "kind": "PersistentVolumeClaim"})
+            kube.delete_owned(typed)
             log.info("%s/%s: removed model cache unused for %.0f s", *key, settings.model_cache_grace_seconds)
         if decision != "keep":
             done.append(f"{decision} {key[0]}/{key[1]}")
@@ -194,7 +136,7 @@ def needs_refresh(item: dict[str, Any]) -> bool:
     return phase in ("Pending", "Downloading")
 
 
-async def run_forever(kube: Kube, settings: Settings, request: Callable[[str, str], None],
+async def run_forever(kube: Cluster, settings: Settings, request: Callable[[str, str], None],
                       acting: Callable[[], bool], watched: Callable[[str], bool]) -> None:
     """Every poll, as leader: enqueue deployments whose cache is on its way (their progress is
     scraped by reconcile), and collect unused caches."""
@@ -216,7 +158,7 @@ async def run_forever(kube: Kube, settings: Settings, request: Callable[[str, st
             quiet.failure(exc)
 
 
-def _tick(kube: Kube, settings: Settings, request: Callable[[str, str], None], collect: bool,
+def _tick(kube: Cluster, settings: Settings, request: Callable[[str, str], None], collect: bool,
           watched: Callable[[str], bool]) -> None:
     items = kube.list_inference_deployments()  # from the informer: no request
     for item in items:

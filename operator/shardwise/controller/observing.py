@@ -29,11 +29,12 @@ import pydantic
 from shardwise import conditions
 from shardwise.api import v1alpha1 as api
 from shardwise.controller import calibration, events
-from shardwise.controller.compare import merge_patch
-from shardwise.controller.kube import ApiException, Kube
-from shardwise.controller.live_status import (Key, METRICS_AVAILABLE, Observed, scrape_targets, status_cost,
+from shardwise.kube.compare import merge_patch
+from shardwise.controller.cluster import Cluster
+from shardwise.kube.client import ApiException
+from shardwise.decide.live_status import (Key, METRICS_AVAILABLE, Observed, scrape_targets, status_cost,
                                               status_update)
-from shardwise.controller.quietlog import QuietLog
+from shardwise.kube.quietlog import QuietLog
 from shardwise.controller.reconcile import now_rfc3339
 from shardwise.controller.settings import Settings
 from shardwise.observe import aggregate, collector, operator_metrics, status
@@ -53,7 +54,7 @@ class _Tracked:
 class Observer:
     """Scrapes, aggregates and writes; `latest` hands the autoscaler the freshest summary."""
 
-    def __init__(self, kube: Kube, settings: Settings, acting: Callable[[], bool] = lambda: True,
+    def __init__(self, kube: Cluster, settings: Settings, acting: Callable[[], bool] = lambda: True,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.settings = settings

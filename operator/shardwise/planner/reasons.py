@@ -8,13 +8,10 @@ plainly when a figure rests on an assumption (unlabelled topology, unknown GPU, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from shardwise.planner import inventory, memory, plans
+from shardwise.planner.candidates import Candidate
 from shardwise.planner.request import PlanRequest
-
-if TYPE_CHECKING:  # search imports this module; the type only is needed here
-    from shardwise.planner.search import Candidate
 
 
 def _label(c: Candidate) -> str:

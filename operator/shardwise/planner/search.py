@@ -31,68 +31,13 @@ from shardwise.planner import (
     plans,
     reasons,
 )
+from shardwise.planner.candidates import Candidate, Eligible
 from shardwise.planner.request import PlanRequest
 
 # Under the Latency objective a layout with more GPUs must cut ITL by this much to win: halving a
 # few percent of latency is not worth doubling the GPUs (vllm #8089, #12205 in GPU-FACTS.md).
 LATENCY_GAIN_FOR_MORE_GPUS = 0.10
 MAX_NODES_PER_REPLICA = 64
-
-
-@dataclass(frozen=True)
-class Eligible:
-    """A pool and those of its nodes the spec may use."""
-
-    pool: inventory.NodePool
-    nodes: tuple[inventory.NodeState, ...]
-
-    @property
-    def shape(self) -> inventory.GpuShape:
-        return self.pool.shape
-
-    @property
-    def largest_clique(self) -> int:
-        counts = Counter(n.clique for n in self.nodes if n.clique)
-        return max(counts.values(), default=0)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    eligible: Eligible
-    layout: layouts.Layout
-    fit: memory.MemoryFit
-    prediction: performance.Prediction
-    hourly_usd: float
-    price_source: str
-    correction: plans.Correction | None = None
-
-    @property
-    def shape(self) -> inventory.GpuShape:
-        return self.eligible.shape
-
-    @property
-    def per_million_usd(self) -> float:
-        return self.hourly_usd / (self.prediction.tokens_per_s * 3600) * 1e6
-
-    @property
-    def tokens_per_gpu(self) -> float:
-        return self.prediction.tokens_per_s / self.layout.gpus
-
-    @property
-    def identity(self) -> tuple[str, int, int, int, str, bool]:
-        lay = self.layout
-        return (
-            self.shape.product,
-            lay.tp,
-            lay.pp,
-            lay.nodes,
-            self.shape.interconnect,
-            lay.tp_spans_nodes,
-        )
-
-    def tie_break(self) -> tuple[str, int, int, int, str]:
-        lay = self.layout
-        return (self.shape.product, lay.gpus, -lay.tp, lay.nodes, self.eligible.nodes[0].name)
 
 
 def _eligible(

@@ -11,7 +11,7 @@ import yaml
 from chart_support import ROOT
 
 from shardwise.api import v1alpha1 as api
-from shardwise.controller import progress
+from shardwise.decide import progress
 from shardwise.render import children
 
 lua51 = pytest.importorskip("lupa.lua51", reason="lupa (a Lua runtime for Python) is in the [test] extra")

@@ -10,7 +10,7 @@ import yaml
 
 from shardwise import planner
 from shardwise.controller import calibration
-from shardwise.controller.kube import ApiException
+from shardwise.kube.client import ApiException
 from shardwise.observe.aggregate import Summary
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -4,8 +4,8 @@ import threading
 from typing import Any
 
 from shardwise.controller.cache import Caches, parse_selector, slim_node, slim_pod
-from shardwise.controller.informer import Informer
-from shardwise.controller.kube import ApiException
+from shardwise.kube.informer import Informer
+from shardwise.kube.client import ApiException
 
 
 def obj(name: str, rv: int, ns: str = "ns", **extra: Any) -> dict:
@@ -187,7 +187,7 @@ def test_the_watch_event_of_our_own_create_is_no_news_whichever_arrives_first() 
 
 
 def test_the_operators_own_configmaps_are_watched_by_name_and_read_from_memory() -> None:
-    from shardwise.controller.kube import Kube
+    from shardwise.kube.client import Kube
 
     stop = threading.Event()
     pricing = {"items": [{**obj("shardwise-pricing", 3, ns="sys"), "data": {"NVIDIA-L40S": "1.1"}}],
@@ -204,8 +204,9 @@ def test_the_operators_own_configmaps_are_watched_by_name_and_read_from_memory()
         def request(self, *args: Any, **kwargs: Any) -> Any:
             raise AssertionError("read from the API server")
 
-    reader = NoRequests(api_client=object())  # type: ignore[arg-type]
-    reader.cache = caches
+    from shardwise.controller.cluster import Cluster
+
+    reader = Cluster(NoRequests(api_client=object()), caches)  # type: ignore[arg-type]
     assert reader.get("v1", "ConfigMap", "sys", "shardwise-pricing")["data"] == {"NVIDIA-L40S": "1.1"}
     assert reader.get("v1", "ConfigMap", "sys", "shardwise-corrections") is None  # absent: no live read
     assert caches.named("v1", "ConfigMap", "sys", "other") is None
@@ -214,7 +215,7 @@ def test_the_operators_own_configmaps_are_watched_by_name_and_read_from_memory()
 def test_a_create_that_fails_leaves_no_expectation_behind() -> None:
     # An API error or an unreachable server: the next ADDED event of that name (someone else's
     # object, or ours created by a retry) must reach the handler.
-    from shardwise.controller.kube import Kube
+    from shardwise.kube.client import Kube
 
     seen: list[str] = []
     caches = Caches(None, ["a"],  # type: ignore[arg-type]
@@ -231,7 +232,7 @@ def test_a_create_that_fails_leaves_no_expectation_behind() -> None:
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", **obj("m", 1, ns="a")}
     for error in (ApiException(status=500, reason="Internal Server Error"), ConnectionRefusedError()):
         kube = Failing(error)
-        kube.cache = caches
+        kube.observer = caches
         try:
             kube.apply(deployment, force=False)
         except (ApiException, OSError):

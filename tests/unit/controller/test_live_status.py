@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from shardwise.api import v1alpha1 as api
-from shardwise.controller import live_status
+from shardwise.decide import live_status
 from shardwise.observe import aggregate, collector
 
 NOW = "2026-01-01T00:00:00Z"

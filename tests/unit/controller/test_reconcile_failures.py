@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from shardwise.controller import reconcile
-from shardwise.controller.kube import ApiException
+from shardwise.kube.client import ApiException
 from tests.unit.controller.test_reconcile_missing_lws import FakeKube, at, inference_deployment, run
 
 

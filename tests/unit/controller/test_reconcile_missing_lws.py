@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 import yaml
-from shardwise.controller import missing_api, reconcile
-from shardwise.controller.kube import ApiException
+from shardwise.controller import reconcile
 from shardwise.controller.settings import Settings
+from shardwise.decide import missing_api
+from shardwise.kube.client import ApiException
 
 NODES = Path(__file__).parents[2] / "fixtures" / "nodes" / "h100-nvswitch-2x8.yaml"
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
@@ -36,9 +37,12 @@ def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
 class FakeKube:
     """The calls reconcile makes, over a dict; LeaderWorkerSet applies 404 until installed."""
 
-    def __init__(self, infd: dict[str, Any], *, lws_installed: bool) -> None:
+    def __init__(self, infd: dict[str, Any], *, lws_installed: bool, lws_known: bool = True) -> None:
         self.objects: dict[Key, dict[str, Any]] = {}
         self.lws_installed = lws_installed
+        # Whether the informers know (they list the kind: a 404 there says it is not served);
+        # False plays caches that still believe it is, so only the apply's 404 tells.
+        self.lws_known = lws_known
         self.status_patches: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self.nodes = yaml.safe_load(NODES.read_text())["items"]
@@ -56,6 +60,9 @@ class FakeKube:
         meta = obj["metadata"]
         self.objects[(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])] = copy.deepcopy(obj)
         return copy.deepcopy(obj)
+
+    def installed(self, api_version: str, kind: str, namespace: str) -> bool:
+        return self.lws_installed or kind != "LeaderWorkerSet" or not self.lws_known
 
     def list_nodes(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self.nodes)
@@ -164,11 +171,29 @@ def test_installing_the_crd_later_converges_without_a_restart(monkeypatch: pytes
     assert kube.condition("Stalled")["status"] == "False"
 
 
-def test_other_api_errors_are_not_mistaken_for_a_missing_crd() -> None:
-    lws = {"kind": "LeaderWorkerSet"}
-    assert missing_api.is_missing_lws_api(ApiException(status=404), lws)
-    assert not missing_api.is_missing_lws_api(ApiException(status=403), lws)
-    assert not missing_api.is_missing_lws_api(ApiException(status=404), {"kind": "Deployment"})
+def test_a_crd_the_caches_still_believe_in_is_told_by_the_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = FakeKube(inference_deployment(), lws_installed=False, lws_known=False)
+    at(monkeypatch, "2026-01-01T00:00:00Z")
+    outcome = run(kube)
+    assert outcome.applied == ("Service/llama-405b",)
+    assert kube.condition("Degraded")["reason"] == missing_api.REASON
+    assert outcome.failure is None
+
+
+def test_other_api_errors_are_not_mistaken_for_a_missing_crd(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = FakeKube(inference_deployment(), lws_installed=True)
+    real_apply = kube.apply
+
+    def forbidden(obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        if obj["kind"] == "LeaderWorkerSet":
+            raise ApiException(status=403, reason="Forbidden")
+        return real_apply(obj, **kwargs)
+
+    monkeypatch.setattr(kube, "apply", forbidden)
+    at(monkeypatch, "2026-01-01T00:00:00Z")
+    outcome = run(kube)
+    assert outcome.failure is not None and outcome.failure.reason == "Forbidden"
+    assert kube.condition("Degraded")["reason"] == "Forbidden"
 
 
 def test_an_unavailable_api_still_fails_the_reconcile(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -60,6 +60,9 @@ class FakeKube:
         self.objects[(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])] = copy.deepcopy(obj)
         return copy.deepcopy(obj)
 
+    def installed(self, api_version: str, kind: str, namespace: str) -> bool:
+        return True
+
     def list_nodes(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self.nodes)
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from shardwise import autoscale, planner
 from shardwise.autoscale import Decision, History
-from shardwise.controller import scaling_status
+from shardwise.decide import scaling_status
 
 STAMP = "2026-01-01T00:00:00Z"
 

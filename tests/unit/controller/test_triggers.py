@@ -1,7 +1,7 @@
 """What enqueues a reconcile, and the plan inputs that must not move a running model."""
 
-from shardwise.controller.triggers import child_signal, needs_reconcile, pod_signal
-from shardwise.controller.planning import pods_of_others
+from shardwise.decide.triggers import child_signal, needs_reconcile, pod_signal
+from shardwise.decide.planning import pods_of_others
 
 
 def infd(generation: int = 1, rv: str = "1", **meta: object) -> dict:

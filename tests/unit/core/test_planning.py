@@ -1,7 +1,7 @@
 """When the operator re-plans: only for planning inputs, a re-plan request, or vanished nodes."""
 
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
-from shardwise.controller import planning
+from shardwise.decide import planning
 
 SPEC = {"model": {"name": "meta-llama/Llama-3.1-70B-Instruct"}, "replicas": 1}
 
@@ -61,7 +61,7 @@ def test_unknown_model_becomes_an_infeasible_plan_not_an_exception() -> None:
 
 
 def test_max_model_len_beyond_the_context_window_is_not_planned() -> None:
-    from shardwise.controller import planning
+    from shardwise.decide import planning
     spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "serving": {"maxModelLen": 65536}}
     plan = planning.make_plan(spec, [], [], None, fingerprint="f", token="")
     assert (plan["feasible"], plan["reasonCode"]) == (False, "MaxModelLenExceedsContext")

@@ -1,7 +1,7 @@
 """Status derivation: same inputs give the same dict; conditions tell the truth about the workload."""
 
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
-from shardwise.controller import progress
+from shardwise.decide import progress
 from shardwise.render.children import Owner
 
 OWNER = Owner(name="m", namespace="ns", uid="u1")

@@ -1,6 +1,7 @@
 """`kubectl scale` on an autoscaled resource is reported as ignored, with why, and announced once."""
 
-from shardwise.controller import events, progress
+from shardwise.decide import transitions
+from shardwise.decide import progress
 from shardwise.render.children import Owner
 
 from tests.unit.core.test_progress import PLAN, deployment, spec
@@ -33,5 +34,5 @@ def test_no_condition_without_autoscaling_or_without_replicas() -> None:
 def test_one_warning_per_transition() -> None:
     before = status_of(spec(autoscaling=AUTOSCALING))
     after = status_of(spec(replicas=7, autoscaling=AUTOSCALING), before)
-    assert [(t, r) for t, r, _ in events.transitions(before, after)] == [("Warning", "AutoscalingOwnsReplicas")]
-    assert events.transitions(after, status_of(spec(replicas=7, autoscaling=AUTOSCALING), after)) == []
+    assert [(t, r) for t, r, _ in transitions.transitions(before, after)] == [("Warning", "AutoscalingOwnsReplicas")]
+    assert transitions.transitions(after, status_of(spec(replicas=7, autoscaling=AUTOSCALING), after)) == []

@@ -1,7 +1,7 @@
 """Workload and pod failures read as one stable reason with the controller's or kubelet's words."""
 
-from shardwise.controller import progress
-from shardwise.controller.workload_health import Failure, pod_failure, unschedulable, workload_failure
+from shardwise.decide import progress
+from shardwise.decide.workload_health import Failure, pod_failure, unschedulable, workload_failure
 from shardwise.render.children import Owner
 
 from tests.unit.core.test_progress import PLAN, deployment, spec

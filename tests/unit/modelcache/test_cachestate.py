@@ -6,7 +6,7 @@ import datetime
 import json
 
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
-from shardwise.controller import cachestate
+from shardwise.decide import cachestate
 from shardwise.render import modelcache as mc
 
 REF = mc.resolve(InferenceDeploymentSpec.model_validate(

@@ -22,10 +22,10 @@ class FakeKube:
         assert label == mc.CACHE_LABEL
         return self.claims
 
-    def request(self, method: str, path: str, **_: Any) -> None:
-        self.calls.append((method, path.rsplit("/", 1)[-1]))
+    def patch_metadata(self, obj: dict[str, Any], metadata: dict[str, Any]) -> None:
+        self.calls.append(("PATCH", obj["metadata"]["name"]))
 
-    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_live(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace, "uid": "j"}}
 
     def delete_owned(self, obj: dict[str, Any]) -> None:

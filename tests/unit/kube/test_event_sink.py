@@ -4,7 +4,7 @@ import threading
 
 from kubernetes.client import ApiException
 
-from shardwise.controller.events import EventSink
+from shardwise.kube.events import EventSink
 
 
 def event(reason: str) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.controller.workload_health import pod_failure, unschedulable
+from shardwise.decide.workload_health import pod_failure, unschedulable
 from shardwise.rollout import pods as rollout_pods
 
 Obj = dict[str, Any]

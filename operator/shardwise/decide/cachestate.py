@@ -15,7 +15,7 @@ from typing import Any
 
 from shardwise import conditions
 from shardwise.conditions import Condition
-from shardwise.controller import progress
+from shardwise.decide import progress
 from shardwise.render import modelcache as mc
 
 

@@ -13,9 +13,7 @@ from typing import Any
 
 from shardwise import conditions
 from shardwise.conditions import Condition
-from shardwise.controller import progress
-from shardwise.controller.kube import ApiException
-from shardwise.render import leaderworkerset
+from shardwise.decide import progress
 
 REASON = "LeaderWorkerSetNotInstalled"
 MESSAGE = ("this plan spans nodes and needs a LeaderWorkerSet, but the cluster has no "
@@ -23,12 +21,6 @@ MESSAGE = ("this plan spans nodes and needs a LeaderWorkerSet, but the cluster h
            "later), e.g. `kubectl apply --server-side -f https://github.com/kubernetes-sigs/lws/"
            "releases/download/v0.7.0/manifests.yaml`; shardwise applies the workload on its next "
            "reconcile")
-
-
-def is_missing_lws_api(error: ApiException, obj: dict[str, Any]) -> bool:
-    """An apply of a LeaderWorkerSet that failed because the API server does not know the kind."""
-    status: int | None = error.status
-    return status == 404 and obj["kind"] == leaderworkerset.KIND
 
 
 def lws_not_installed_status(update: dict[str, Any], status: dict[str, Any], *,

@@ -2,7 +2,7 @@
 
 import threading
 
-from shardwise.controller.workqueue import HIGH, LOW, NORMAL, Backoff, WorkQueue
+from shardwise.kube.workqueue import HIGH, LOW, NORMAL, Backoff, WorkQueue
 
 
 class Clock:

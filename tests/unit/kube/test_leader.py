@@ -3,8 +3,8 @@
 import copy
 from typing import Any
 
-from shardwise.controller.kube import ApiException
-from shardwise.controller.leader import LeaderElector, Timing
+from shardwise.kube.client import ApiException
+from shardwise.kube.leader import LeaderElector, Timing
 
 
 class LeaseApi:

@@ -1,4 +1,4 @@
-"""The rollout hooks of reconcile: stamp the strategy onto the workload, and read its progress.
+"""The rollout steps of decide: stamp the strategy onto the workload, and read its progress. Pure.
 
 `prepare` runs before the workload is applied: when the rendered pod templates differ from the
 live workload's, a rollout starts, and the strategy is chosen now, from the GPUs free on the
@@ -14,9 +14,8 @@ from typing import Any
 
 from shardwise import planner
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
-from shardwise.controller.compare import contains
-from shardwise.controller import planning, workload_health
-from shardwise.controller.kube import Kube
+from shardwise.kube.compare import contains
+from shardwise.decide import planning, workload_health
 from shardwise.rollout import progress, room, strategy, workload
 
 log = logging.getLogger(__name__)
@@ -27,16 +26,15 @@ def _unit(rendered: dict[str, Any]) -> str:
     return "group" if rendered.get("kind") == "LeaderWorkerSet" else "replica"
 
 
-def measure_room(kube: Kube, spec: InferenceDeploymentSpec, plan: dict[str, Any], replicas: int,
-                 namespace: str, name: str) -> room.Room | None:
-    """Room for one more replica, from the watch-fed nodes and GPU pods (the planner's inputs)."""
-    nodes, pods = kube.list_nodes(), kube.list_gpu_pods()
+def measure_room(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], spec: InferenceDeploymentSpec,
+                 plan: dict[str, Any], replicas: int, namespace: str, name: str) -> room.Room | None:
+    """Room for one more replica, from the nodes and every GPU pod (the planner's inputs)."""
     others = planning.pods_of_others(pods, namespace, name)
     return room.measure(plan, spec.placement, everything=planner.inventory_from_nodes(nodes, pods),
                         without_own=planner.inventory_from_nodes(nodes, others), replicas=replicas)
 
 
-def prepare(kube: Kube, spec: InferenceDeploymentSpec, plan: dict[str, Any], rendered: dict[str, Any],
+def prepare(nodes: list[dict[str, Any]], gpu_pods: list[dict[str, Any]], spec: InferenceDeploymentSpec, plan: dict[str, Any], rendered: dict[str, Any],
             live: dict[str, Any] | None, replicas: int, *, namespace: str, name: str) -> dict[str, Any]:
     """The workload to apply: rendered, plus its revision and the rollout's strategy."""
     rev = workload.revision(rendered)
@@ -44,14 +42,14 @@ def prepare(kube: Kube, spec: InferenceDeploymentSpec, plan: dict[str, Any], ren
     carried = workload.carry(rev, live, pods_unchanged=unchanged)
     decision = carried.decision
     if carried.starts:
-        measured = measure_room(kube, spec, plan, replicas, namespace, name)
+        measured = measure_room(nodes, gpu_pods, spec, plan, replicas, namespace, name)
         decision = strategy.choose(spec.rollout.whenNoRoom, replicas, measured, unit=_unit(rendered),
                                    rollback=carried.rollback)
         log.info("%s/%s: rollout to revision %s: %s (%s)", namespace, name, rev, decision.strategy, decision.reason)
     return workload.stamp(rendered, rev, decision, carried.previous)
 
 
-def observe(kube: Kube, spec: InferenceDeploymentSpec, plan: dict[str, Any], applied: dict[str, Any],
+def observe(nodes: list[dict[str, Any]], gpu_pods: list[dict[str, Any]], spec: InferenceDeploymentSpec, plan: dict[str, Any], applied: dict[str, Any],
             live: dict[str, Any] | None, pods: list[dict[str, Any]], replicas: int, *,
             namespace: str, name: str) -> progress.View | None:
     """status.rollout from the live workload, when it carries a rollout decision.
@@ -72,5 +70,5 @@ def observe(kube: Kube, spec: InferenceDeploymentSpec, plan: dict[str, Any], app
         "waiting": stuck.message if stuck else None}
     seen = progress.view(decision, **args)
     if seen.state == progress.BLOCKED:  # what is free now: the words, and whether it is a block at all
-        seen = progress.view(decision, **args, room=measure_room(kube, spec, plan, replicas, namespace, name))
+        seen = progress.view(decision, **args, room=measure_room(nodes, gpu_pods, spec, plan, replicas, namespace, name))
     return seen

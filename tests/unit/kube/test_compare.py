@@ -1,4 +1,4 @@
-from shardwise.controller.compare import contains
+from shardwise.kube.compare import contains
 
 
 def test_defaults_added_by_the_server_do_not_count_as_drift() -> None:
@@ -24,7 +24,7 @@ def test_booleans_are_not_numbers() -> None:
 
 
 def test_merge_patch_is_empty_when_nothing_changed_and_removes_vanished_keys() -> None:
-    from shardwise.controller.compare import merge_patch
+    from shardwise.kube.compare import merge_patch
 
     current = {"plan": {"tp": 8, "old": 1}, "latency": {"ttft": 3}, "replicas": 2}
     assert merge_patch(current, {"plan": {"tp": 8, "old": 1}, "replicas": 2}) == {}

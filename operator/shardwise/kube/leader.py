@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from shardwise.controller.kube import ApiException, Kube
-from shardwise.controller.quietlog import QuietLog
+from shardwise.kube.client import ApiException, Kube
+from shardwise.kube.quietlog import QuietLog
 
 log = logging.getLogger(__name__)
 

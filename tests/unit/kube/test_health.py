@@ -4,7 +4,7 @@ import threading
 import urllib.error
 import urllib.request
 
-from shardwise.controller import health
+from shardwise.kube import health
 from shardwise.devcluster.processes import free_port
 
 

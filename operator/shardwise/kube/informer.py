@@ -19,8 +19,8 @@ import threading
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from shardwise.controller.kube import ApiException, Kube
-from shardwise.controller.quietlog import QuietLog
+from shardwise.kube.client import ApiException, Kube
+from shardwise.kube.quietlog import QuietLog
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 from shardwise import conditions
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 from shardwise.conditions import Condition
-from shardwise.controller.workload_health import Failure, pod_failure, unschedulable, workload_failure
+from shardwise.decide.workload_health import Failure, pod_failure, unschedulable, workload_failure
 from shardwise.render import children, labels, leaderworkerset
 from shardwise.rollout import pods as rollout_pods
 from shardwise.rollout import progress as rollout_progress

@@ -1,0 +1,262 @@
+"""One reconcile's whole decision, from a snapshot the shell gathered: pure.
+
+    decide(snapshot) -> Decision: the objects to apply, delete or annotate, the status patch and
+    the events, and whether to come back at once.
+
+Steps, in order: validate the spec (an invalid one touches nothing and says why); keep or make
+the plan (planning.py); decide the model cache (modelcache.py: no serving pod before the weights
+are verified); render the children and keep only those whose live state lacks what we want,
+touching nothing at all if any existing child is not controlled by this resource (ownership.py);
+stamp the rollout strategy on a changed workload (rollouts.py); remove a workload of the other
+kind once the new one serves; and derive the whole status at once (progress.py, cachestate.py),
+as the API server will hold it after the writes. The patch is the difference from the stored
+status; nothing changes, nothing is written, no event is posted.
+
+A child is written only once its name was looked up (someone else's namesake must be seen first).
+The shell looks up the names the stored plan implies; when a new plan wants a name it has not
+seen, decide answers with `lookups` and nothing else, and the shell reads them and decides again
+from the start. Either way every read comes before the decision acted on, every write after it.
+
+Two things only the writes can tell: a child the API server refuses (a quota, an invalid object)
+and a kind it does not serve after all. The shell then decides again from the same snapshot with
+the refusal in it (`Refused`), and writes that status instead; it reads nothing in between.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+
+from shardwise.api import v1alpha1 as api
+from shardwise.decide import cachestate, missing_api, modelcache, ownership, planning, progress, rollouts
+from shardwise.decide.transitions import Announcement, transitions
+from shardwise.decide.workload_health import Failure
+from shardwise.kube.compare import contains, merge_patch
+from shardwise.planner import plans
+from shardwise.api import names
+from shardwise.render import children, leaderworkerset
+from shardwise.render import modelcache as mc
+
+ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
+WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """Everything one reconcile reads, gathered before it decides anything."""
+
+    infd: dict[str, Any]
+    now: str  # RFC 3339, read once: only a condition that flips takes it
+    nodes: list[dict[str, Any]]
+    gpu_pods: list[dict[str, Any]]  # every pod holding GPUs, cluster-wide, this deployment's included
+    pods: list[dict[str, Any]]  # this deployment's pods
+    # Children looked up by name, namesakes of other owners included (None: nothing there).
+    children: Mapping[ChildKey, dict[str, Any] | None]
+    # Workloads of either kind that carry our label (the cache's): the running one and the replaced one.
+    owned_workloads: Mapping[ChildKey, dict[str, Any] | None]
+    lws_installed: bool
+    cache: modelcache.CacheInputs | None = None  # None when the spec is invalid
+    prices: Mapping[str, float] | None = None  # read when a plan is made
+    learned: Mapping[str, plans.Correction] | None = None
+    runtime_image: str | None = None
+    downloader_image: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Apply:
+    obj: dict[str, Any]
+    force: bool  # only on objects we control: a create is not forced, so a namesake made since conflicts
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """What the writes learned: a permanent refusal, the LeaderWorkerSet API missing after all."""
+
+    failure: Failure | None = None
+    lws_missing: bool = False
+    keys: frozenset[ChildKey] = frozenset()  # the objects refused: their live state did not change
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    lookups: tuple[ChildKey, ...] = ()  # names to look up first; nothing else is decided then
+    apply: tuple[Apply, ...] = ()
+    delete: tuple[dict[str, Any], ...] = ()  # each controlled by us, deleted with a uid precondition
+    annotate: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = ()  # (object, metadata merge patch)
+    status: dict[str, Any] | None = None  # the whole status as it should read after the writes
+    status_patch: dict[str, Any] = dataclasses.field(default_factory=dict)
+    events: tuple[Announcement, ...] = ()  # posted once the status patch is written
+    failure: Failure | None = None
+    requeue: bool = False
+
+
+def key_of(obj: Mapping[str, Any]) -> ChildKey:
+    return obj["apiVersion"], obj["kind"], obj["metadata"]["name"]
+
+
+def child_keys(name: str) -> list[ChildKey]:
+    """Every child a deployment may have: its Service and a workload of either kind."""
+    return [("v1", "Service", names.service_name(name)), *children.workload_candidates(name)]
+
+
+def keys_to_check(name: str, stored_plan: Mapping[str, Any] | None, *, lws_installed: bool) -> list[ChildKey]:
+    """The children whose names the shell looks up, namesakes included, before deciding: the
+    Service and the workload kind of the stored plan (a Deployment while there is none)."""
+    multi_node = bool(stored_plan and stored_plan.get("feasible") and int(stored_plan.get("nodesPerReplica") or 1) > 1)
+    service, deployment, lws = child_keys(name)
+    if multi_node:
+        return [service, lws] if lws_installed else [service]
+    return [service, deployment]
+
+
+def parse_spec(infd: Mapping[str, Any]) -> api.InferenceDeploymentSpec | str:
+    """The spec, or the sentence that says which field is wrong."""
+    try:
+        return api.InferenceDeploymentSpec.model_validate(infd.get("spec") or {})
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        return f"spec.{'.'.join(map(str, first['loc']))}: {first['msg']}"
+
+
+def wants_new_plan(infd: Mapping[str, Any], spec: api.InferenceDeploymentSpec, nodes: list[dict[str, Any]]) -> bool:
+    """Will this reconcile plan? (Then the shell reads the prices and learned corrections too.)"""
+    current = (infd.get("status") or {}).get("plan")
+    return planning.needs_new_plan(current, planning.planning_fingerprint(spec),
+                                   planning.replan_token(infd["metadata"]), nodes)
+
+
+def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
+    infd = snapshot.infd
+    meta, stored = infd["metadata"], infd.get("status") or {}
+    generation, now = meta.get("generation"), snapshot.now
+    spec = parse_spec(infd)
+    if isinstance(spec, str):
+        return _with_status(stored, progress.invalid_spec_status(stored, spec, generation=generation, now=now))
+    refused = refused or Refused()
+    owner = children.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+    plan = _plan(snapshot, spec)
+    desired = progress.desired_replicas(spec, stored)
+
+    applies: list[Apply] = []
+    deletes: list[dict[str, Any]] = []
+    annotate: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    requeue = False
+    failure, lws_missing = refused.failure, refused.lws_missing
+    workload = rendered_workload = None
+    cache: cachestate.CacheView | None = None
+    if plan.get("feasible") and snapshot.cache is not None:
+        cache_ref = snapshot.cache.ref
+        token = spec.model.hfTokenSecretRef
+        chosen = modelcache.decide(snapshot.cache, plan, namespace=owner.namespace,
+                                   downloader_image=snapshot.downloader_image,
+                                   token_secret=(token.name, token.key) if token else None)
+        cache, requeue = chosen.view, chosen.requeue
+        applies += [Apply(obj, force=False) for obj in chosen.apply]
+        deletes += chosen.delete
+        annotate += [chosen.record] if chosen.record else []
+        expected_start_s = mc.expected_start_seconds(mc.weight_bytes(plan), cached=cache_ref.mode != "None")
+    if cache is not None and cache.ready:
+        wanted = children.render(owner, spec, plan, desired, runtime_image=snapshot.runtime_image,
+                                 cache=cache_ref, expected_start_s=expected_start_s)
+        unseen = tuple(key_of(obj) for obj in wanted if key_of(obj) not in snapshot.children
+                       and (obj["kind"] != leaderworkerset.KIND or snapshot.lws_installed))
+        if unseen:
+            return Decision(lookups=unseen)
+        lives = [snapshot.children.get(key_of(obj)) for obj in wanted]
+        conflicts = ownership.conflicts(owner, zip(wanted, lives))
+        if conflicts:  # touch nothing, not even our own children: a workload without its Service serves no one
+            failure = Failure("ChildConflict", "; ".join(conflicts))
+            wanted = []
+        for obj, live in zip(wanted, lives):
+            key = key_of(obj)
+            if obj["kind"] in WORKLOAD_KINDS:  # the rollout strategy goes on with the template
+                obj = rendered_workload = rollouts.prepare(snapshot.nodes, snapshot.gpu_pods, spec, plan, obj, live,
+                                                           desired, namespace=owner.namespace, name=owner.name)
+            if obj["kind"] == leaderworkerset.KIND and not snapshot.lws_installed:
+                lws_missing = True
+                continue
+            if live is not None and live["metadata"].get("deletionTimestamp"):
+                # Being deleted (by the garbage collector, the namespace controller or a person):
+                # applying would fight the deletion. Its deletion event brings us back to re-create it.
+                continue
+            if (live is None or not contains(live, obj)) and key not in refused.keys:
+                applies.append(Apply(obj, force=live is not None))
+                live = as_applied(live, obj)
+            if obj["kind"] in WORKLOAD_KINDS:
+                workload = live
+    if cache is not None and not cache.ready:
+        # A new revision's weights are on their way: the running workload stays as it was (and
+        # its counts stay on the status) until they are verified.
+        workload = next((w for w in snapshot.owned_workloads.values() if w is not None), None)
+    elif workload is not None and progress.workload_ready(workload, desired):
+        deletes += _replaced_workloads(snapshot, owner, workload)
+
+    pods = snapshot.pods if workload is not None else []
+    rollout = None
+    if workload is not None and rendered_workload is not None:
+        rollout = rollouts.observe(snapshot.nodes, snapshot.gpu_pods, spec, plan, rendered_workload, workload, pods,
+                                   desired, namespace=owner.namespace, name=owner.name)
+    update = progress.build_status(spec, plan, workload, pods, stored, owner=owner, generation=generation, now=now,
+                                   apply_failure=failure, rollout=rollout)
+    if lws_missing:
+        update = missing_api.lws_not_installed_status(update, stored, generation=generation, now=now)
+    if cache is not None:
+        update["modelCache"] = cachestate.status_fields(cache_ref, cache, expected_start_s=expected_start_s)
+        update = cachestate.with_cache_condition(update, cache, generation=generation, now=now)
+        if not cache.ready:
+            update = cachestate.gated_status(update, stored, cache, generation=generation, now=now)
+    decided = _with_status(stored, update)
+    return dataclasses.replace(decided, apply=tuple(applies), delete=tuple(deletes), annotate=tuple(annotate),
+                               failure=failure, requeue=requeue)
+
+
+def _with_status(stored: dict[str, Any], update: dict[str, Any]) -> Decision:
+    """The status patch against what is stored, and the events its transitions deserve."""
+    patch = merge_patch(stored, update)
+    if not patch:
+        return Decision(status=update)
+    events = transitions(stored, update) + cachestate.cache_events(stored, update)
+    return Decision(status=update, status_patch=patch, events=tuple(events))
+
+
+def _plan(snapshot: Snapshot, spec: api.InferenceDeploymentSpec) -> dict[str, Any]:
+    infd = snapshot.infd
+    current = (infd.get("status") or {}).get("plan")
+    fingerprint = planning.planning_fingerprint(spec)
+    token = planning.replan_token(infd["metadata"])
+    if not planning.needs_new_plan(current, fingerprint, token, snapshot.nodes):
+        return dict(current or {})
+    meta = infd["metadata"]
+    others = planning.pods_of_others(snapshot.gpu_pods, meta["namespace"], meta["name"])
+    return planning.make_plan(infd.get("spec") or {}, snapshot.nodes, others, dict(snapshot.prices or {}),
+                              fingerprint=fingerprint, token=token, learned=dict(snapshot.learned or {}))
+
+
+def as_applied(live: dict[str, Any] | None, obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as the API server will answer the apply: our fields over the live ones, and a
+    new generation when the spec changed (its controller has not observed it yet)."""
+    if live is None:
+        return {**copy.deepcopy(obj), "metadata": {**obj["metadata"], "generation": 1}, "status": {}}
+    merged = _overlay(live, obj)
+    if not contains(live.get("spec"), obj.get("spec") or {}):
+        merged["metadata"]["generation"] = int(live["metadata"].get("generation") or 0) + 1
+    return merged
+
+
+def _overlay(base: Any, top: Any) -> Any:
+    if isinstance(base, dict) and isinstance(top, dict):
+        return {**{k: copy.deepcopy(v) for k, v in base.items() if k not in top},
+                **{k: _overlay(base.get(k), v) for k, v in top.items()}}
+    return copy.deepcopy(top)
+
+
+def _replaced_workloads(snapshot: Snapshot, owner: children.Owner, serving: dict[str, Any]) -> list[dict[str, Any]]:
+    """After a re-plan moved the replicas between a Deployment and a LeaderWorkerSet, the old
+    workload goes, but only once the new one serves, and only if this resource controls it."""
+    return [old for (_, kind, _), old in snapshot.owned_workloads.items()
+            if kind != serving["kind"] and old is not None and ownership.is_controlled_by(old, owner)
+            and not old["metadata"].get("deletionTimestamp")]
