@@ -10,13 +10,15 @@ not imported here, may talk to a cluster). Public API:
 Modules: request (spec reading), models/gpus (catalogs, with their YAML data files), inventory
 (node pools), placement (selector, taints), layouts (legal TP x PP), memory and performance (the
 models, documented with worked examples), search (ranking), reasons (the words), capacity (free GPUs
-now), plans (the result and its JSON).
+now), plans (the result and its JSON), allocatable (`plan` as exported: search's plan, naming the
+nodes with GPUs by their labels but none allocatable), hfconfig (an architecture from a model's
+config.json).
 """
 
 from shardwise.planner.inventory import Inventory, inventory_from_nodes
 from shardwise.planner.plans import Plan, Predicted
 from shardwise.planner.request import PlanInputError, PlanRequest, request_from_spec
-from shardwise.planner.search import plan
+from shardwise.planner.allocatable import plan
 
 __all__ = [
     "Inventory",

@@ -10,6 +10,11 @@ Labels read (all values are strings): GFD's `nvidia.com/gpu.product`, `nvidia.co
 `shardwise.io/nvlink-bandwidth-gbps` (GB/s per GPU, both directions summed, as datasheets quote
 NVLink: "900" on H100 SXM). A node without the topology labels is treated as PCIe-only and marked
 unlabelled, because planning TP across GPUs that might not share NVLink is the costlier mistake.
+
+Labels describe the hardware; `status.allocatable` is what Kubernetes can hand out. A node whose
+labels say it has GPUs but whose allocatable `nvidia.com/gpu` is missing or 0 (the device plugin
+is not running or not registered yet) is left out of the pools, so nothing is planned on GPUs the
+scheduler cannot place a pod on, and listed in `Inventory.unallocatable` for the reason to name.
 """
 
 from __future__ import annotations
@@ -83,6 +88,9 @@ class NodePool:
 class Inventory:
     pools: tuple[NodePool, ...]
     non_gpu_nodes: int = 0
+    # GPU nodes by their labels with no allocatable nvidia.com/gpu (device plugin not ready),
+    # sorted by name; not in any pool.
+    unallocatable: tuple[str, ...] = ()
 
     @property
     def gpu_nodes(self) -> int:
@@ -224,8 +232,9 @@ def node_gpus(
 
     The count is the gpu.count label, else capacity, else allocatable, and never more than the
     allocatable when the node reports any: a pod gets no more GPUs than the node can hold, whatever
-    the label says. (Allocatable 0 is a device plugin that has not registered yet: the label then
-    stands, and the node has no free GPUs.) Values outside their plausible range count as missing.
+    the label says. (Allocatable 0 or missing is a device plugin that has not registered yet: the
+    label then stands here, and `inventory_from_nodes` leaves the node out of the pools.) Values
+    outside their plausible range count as missing.
     """
     allocatable = _count_within(allocatable_value, 0, MAX_GPUS_PER_NODE, f"allocatable {GPU_RESOURCE}")
     capacity = _count_within(capacity_value, 0, MAX_GPUS_PER_NODE, f"capacity {GPU_RESOURCE}")
@@ -250,6 +259,7 @@ class _Kind:
     shape: GpuShape
     most_free: int
     by_taints: dict[int, list[NodeState]]
+    allocatable: bool = True  # False: allocatable nvidia.com/gpu is missing or 0
 
 
 def _kind(
@@ -280,7 +290,7 @@ def _kind(
     )
     shape, by_taints = by_shape.setdefault(shape, (shape, {}))
     most_free = min(count, allocatable if allocatable is not None else count)
-    return _Kind(shape=shape, most_free=most_free, by_taints=by_taints)
+    return _Kind(shape=shape, most_free=most_free, by_taints=by_taints, allocatable=bool(allocatable))
 
 
 def _all_text(values: Iterable[Any]) -> bool:
@@ -312,6 +322,7 @@ def inventory_from_nodes(
     new = object.__new__
     set_attribute = object.__setattr__
     non_gpu = 0
+    unallocatable: list[str] = []
     for node in nodes:
         # `type(x) is dict` first: the API's objects always are, and this loop runs per node.
         metadata = node.get("metadata")
@@ -349,6 +360,11 @@ def inventory_from_nodes(
                 kinds[key] = kind
         if kind is None:
             non_gpu += 1
+            continue
+        if not kind.allocatable:
+            # GPUs by the labels, none allocatable: the scheduler cannot place a GPU pod here.
+            name = metadata.get("name", "")
+            unallocatable.append(name if type(name) is str else str(name))
             continue
 
         spec = node.get("spec")
@@ -426,4 +442,18 @@ def inventory_from_nodes(
             p.nodes[0].name,
         )
     )
-    return Inventory(pools=tuple(pools), non_gpu_nodes=non_gpu)
+    return Inventory(
+        pools=tuple(pools), non_gpu_nodes=non_gpu, unallocatable=tuple(sorted(unallocatable))
+    )
+
+
+def unallocatable_note(inv: Inventory, *, shown: int = 5) -> str:
+    """The reason's words for the nodes left out because nothing of their GPUs is allocatable."""
+    names = inv.unallocatable
+    if not names:
+        return ""
+    listed = ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+    return (
+        f" Not planned on {len(names)} GPU node(s) whose labels show GPUs: device plugin not ready: "
+        f"allocatable {GPU_RESOURCE} is 0 on {listed}."
+    )

@@ -248,10 +248,16 @@ def test_8_allocatable_bounds_the_gpus_per_node() -> None:
     assert shapes[0].shape.gpus_per_node == 2
 
 
-def test_8_allocatable_zero_keeps_the_label() -> None:
-    # A device plugin that has not registered yet: the node still has its GPUs, none free now.
-    pool = planner.inventory_from_nodes([node(count="8", allocatable="0")]).pools[0]
-    assert pool.shape.gpus_per_node == 8 and pool.nodes[0].free_gpus == 0
+@pytest.mark.parametrize("allocatable", ["0", None])
+def test_8_gpus_by_label_but_none_allocatable_are_not_planned_on(allocatable: str | None) -> None:
+    # A device plugin that has not registered (0) or is not running (no resource at all): the labels
+    # describe GPUs the scheduler cannot hand out, so no pool holds the node and the reason names
+    # it (issue 23; it was planned TP16 on such a node and called schedulable).
+    inv = planner.inventory_from_nodes([node(count="16", allocatable=allocatable)])
+    assert inv.pools == () and inv.unallocatable == ("n0",)
+    plan = plan_of(LLAMA_70B, [node(count="16", allocatable=allocatable)])
+    assert not plan.feasible and not plan.schedulable_now
+    assert "device plugin not ready: allocatable nvidia.com/gpu is 0 on n0" in plan.reason
 
 
 # -- 9. le values, NaN/Inf/negative counters and a decreasing _sum ----------------------------------

@@ -82,6 +82,7 @@ def reference_inventory(
     used = _used_gpus(pods)
     grouped: dict[Any, list[inventory.NodeState]] = {}
     non_gpu = 0
+    unallocatable: list[str] = []
     for node in nodes:
         metadata = node.get("metadata") or {}
         labels = metadata.get("labels") or {}
@@ -97,6 +98,9 @@ def reference_inventory(
             non_gpu += 1
             continue
         count, allocatable, product, memory_mib = found
+        if not allocatable:  # GPUs by the labels, none allocatable: named, in no pool
+            unallocatable.append(str(metadata.get("name", "")))
+            continue
         gpu = gpus.lookup_gpu(product, memory_mib)
         interconnect, domain, nvlink_gbps, labelled = inventory._topology(labels, gpu, count)
         shape = inventory.GpuShape(
@@ -137,7 +141,9 @@ def reference_inventory(
             p.nodes[0].name,
         )
     )
-    return inventory.Inventory(pools=tuple(pools), non_gpu_nodes=non_gpu)
+    return inventory.Inventory(
+        pools=tuple(pools), non_gpu_nodes=non_gpu, unallocatable=tuple(sorted(unallocatable))
+    )
 
 
 def _name(state: inventory.NodeState) -> str:
