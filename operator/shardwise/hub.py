@@ -3,7 +3,8 @@
 The I/O half of planning a model the catalog lacks (shardwise.planner.hfconfig is the pure half).
 It sits outside the planner because the planner is the pure core (no HTTP library), and outside
 controller/ so that `shardwise plan` and the operator share it; .importlinter's layers leave a
-top-level module free to serve both, and it imports nothing of shardwise but the planner's types.
+top-level module free to serve both. It imports nothing of shardwise, so `planner.cli -> hub`
+makes no package cycle; its classes fit hfconfig.RepoFiles by shape.
 
 Usage (the operator passes the deployment's revision, token and endpoint):
 
@@ -22,7 +23,7 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-from shardwise.planner import hfconfig
+CONFIG_FILE = "config.json"  # CONFIG_FILE; not imported, to keep hub -> planner out
 
 
 class HubError(Exception):
@@ -114,11 +115,11 @@ class FolderFiles:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         folder = pathlib.Path(path)
         self.folder = folder.parent if folder.is_file() else folder
-        self.config = folder if folder.is_file() else folder / hfconfig.CONFIG_FILE
+        self.config = folder if folder.is_file() else folder / CONFIG_FILE
         self.where = f"folder {self.folder}"
 
     def read_json(self, filename: str) -> Mapping[str, Any] | None:
-        path = self.config if filename == hfconfig.CONFIG_FILE else self.folder / filename
+        path = self.config if filename == CONFIG_FILE else self.folder / filename
         if not path.is_file():
             return None
         return _parse(path, str(path))
