@@ -30,7 +30,7 @@ CHART = ROOT / "charts" / "shardwise"
 RELEASE = "sw"
 
 # (verb, resource, namespace or "" for cluster-wide / all namespaces) the operator uses:
-# controller/kube.py, cache.py (informers) and leader.py. "ns" is any user namespace.
+# kube/client.py, controller/cache.py (informers) and kube/leader.py. "ns" is any user namespace.
 OPERATOR_ALLOWED = [
     ("list", "inferencedeployments.shardwise.io", ""),
     ("watch", "inferencedeployments.shardwise.io", ""),
