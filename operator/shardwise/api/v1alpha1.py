@@ -11,8 +11,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from shardwise.api import checks, extra_args, images, model_ids
 from shardwise.api.names import MAX_REPLICAS
 
 GROUP = "shardwise.io"
@@ -145,13 +146,20 @@ class ModelCacheSpec(_Model):
     )
 
 
+def _checked(rules: tuple[checks.Check, ...]) -> dict[str, Any]:
+    """Field arguments for a string checked by `rules` both at admission (CEL) and in pydantic."""
+    return {"json_schema_extra": {"x-kubernetes-validations": checks.cel_rules(rules)}}
+
+
 class ModelSpec(_Model):
-    name: str = Field(
+    name: Annotated[str, AfterValidator(checks.validator(model_ids.CHECKS))] = Field(
         ...,
         min_length=1,
         max_length=512,
-        description="What vLLM loads: a Hugging Face repository id (e.g. meta-llama/Llama-3.1-70B-Instruct) "
-        "or a path inside the container.",
+        description="What vLLM loads: a Hugging Face repository id namespace/name (e.g. "
+        "meta-llama/Llama-3.1-70B-Instruct) or an absolute path inside the container (weights already in the "
+        "image or on a volume).",
+        **_checked(model_ids.CHECKS),
     )
     servedName: str | None = Field(
         None,
@@ -183,28 +191,18 @@ class ModelSpec(_Model):
     )
 
 
-# `vllm serve` flags shardwise sets itself (vllm_args.py), with vLLM 0.32's aliases. vLLM reads
-# `_` as `-` and argparse takes unambiguous prefixes, so an item is refused when its flag, up to the
-# first `=` or space, with underscores read as dashes, is any of these or a prefix of one
-# (`--tensor-parallel 4`), or is the short -tp/-pp/-q form (also `-qawq`, argparse's attached value).
-OWNED_FLAGS = ("--model", "--dtype", "--quantization", "--host", "--port", "--tensor-parallel-size",
-               "--pipeline-parallel-size", "--max-model-len", "--gpu-memory-utilization",
-               "--device-memory-utilization", "--served-model-name", "--max-num-seqs")
-OWNED_SHORT_FLAGS = ("-tp", "-pp", "-q")
-_FLAG_OF_ITEM = "self.trim().split(' ')[0].split('=')[0].replace('_', '-')"
-_OWNED_FLAG_RULE = (
-    # `[x].all(f, ...)` binds f = x (cel.bind is not in the CRD validation environment).
-    f"[{_FLAG_OF_ITEM}].all(f, !(f.startsWith('--') && f.size() > 3 && "
-    f"{list(OWNED_FLAGS)}.exists(o, o.startsWith(f))) && "
-    f"!(!f.startsWith('--') && {list(OWNED_SHORT_FLAGS)}.exists(o, f.startsWith(o))))"
-)
-ExtraArg = Annotated[str, StringConstraints(min_length=1, max_length=1024), Field(json_schema_extra=_rules((
-    _OWNED_FLAG_RULE,
-    "serving.extraArgs may not set a flag shardwise sets itself (--model, --dtype, --quantization/-q, --host, "
-    "--port, --tensor-parallel-size/-tp, --pipeline-parallel-size/-pp, --max-model-len, "
-    "--gpu-memory-utilization, --served-model-name, --max-num-seqs), in any spelling (=value, a space, "
-    "underscores, a prefix); use the matching spec fields instead",
-)))]
+# One `vllm serve` argument; what it may be is shardwise.api.extra_args (CEL on each item, and the
+# whole list checked by the model: a value needs the flag before it).
+ExtraArg = Annotated[str, StringConstraints(min_length=1, max_length=1024),
+                     AfterValidator(checks.validator(extra_args.ITEM_CHECKS)),
+                     Field(json_schema_extra={"x-kubernetes-validations": checks.cel_rules(extra_args.ITEM_CHECKS)})]
+
+
+def _extra_args_list(items: list[str]) -> list[str]:
+    problem = extra_args.list_problem(items)
+    if problem is not None:
+        raise ValueError(problem)
+    return items
 
 
 class ServingSpec(_Model):
@@ -219,13 +217,18 @@ class ServingSpec(_Model):
         0.9, ge=GPU_MEMORY_UTILIZATION_MIN, le=GPU_MEMORY_UTILIZATION_MAX,
         description="Fraction of each GPU's memory vLLM may use (--gpu-memory-utilization)."
     )
-    image: str = Field(DEFAULT_IMAGE, min_length=1, description="Container image running `vllm serve`.")
-    extraArgs: list[ExtraArg] = Field(
+    image: Annotated[str, AfterValidator(checks.validator(images.SERVING_IMAGE))] = Field(
+        DEFAULT_IMAGE, min_length=1, max_length=512, description="Container image running `vllm serve` "
+        "([registry[:port]/]name[:tag][@sha256:digest]).", **_checked(images.SERVING_IMAGE),
+    )
+    extraArgs: Annotated[list[ExtraArg], AfterValidator(_extra_args_list)] = Field(
         default_factory=list,
         max_length=128,
-        description="Extra `vllm serve` arguments, one list item per token (no shell). Flags shardwise sets "
-        "from the spec or the plan (model, dtype, quantization, host, port, parallel sizes, context length, "
-        "memory fraction, served name, max sequences) may not appear here in any spelling.",
+        description="Extra `vllm serve` arguments of vLLM 0.32, one list item per token (no shell): `--flag`, "
+        "`--flag=value`, or a value right after the flag it belongs to. Flags shardwise sets from the spec or "
+        "the plan (model, dtype, quantization, host, port, parallel sizes, data parallelism, multi-node "
+        "flags, context length, memory fraction, served name, max sequences) may not appear here in any "
+        "spelling.",
     )
     modelLoadMiBps: int | None = Field(
         None,
