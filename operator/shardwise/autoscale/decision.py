@@ -195,6 +195,9 @@ def _propose(
     if current == 0:
         if obs.has_traffic:
             wake = max(1, policy.min_replicas)
+            if obs.held_requests > 0 and not obs.requests_per_second:
+                return _Proposal(wake, f"{obs.held_requests:g} request(s) held at the gateway while scaled to "
+                                       "zero: cold start")
             return _Proposal(wake, f"traffic while scaled to zero ({obs.requests_per_second:g} "
                                    f"req/s, {obs.waiting:g} waiting): cold start")
         return _Proposal(0, "scaled to zero, no traffic")

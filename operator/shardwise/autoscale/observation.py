@@ -31,6 +31,9 @@ class Observation:
     running: float = 0.0
     kv_cache_usage: float | None = None
     requests_per_second: float = 0.0
+    # Requests the gateway holds for this model because no replica is ready (scale from zero):
+    # at zero replicas the only sign of demand, since no engine is there to report any.
+    held_requests: float = 0.0
     capacity_replicas: int | None = None
     # Inter-token latency of an idle replica (the plan's prediction): the part that more replicas
     # cannot remove. Decode time grows about linearly with the batch above it, so projecting only
@@ -48,7 +51,7 @@ class Observation:
     @property
     def has_traffic(self) -> bool:
         """Whether anything was asked of the model in the window."""
-        return self.requests_per_second > 0 or self.waiting > 0 or self.running > 0
+        return self.requests_per_second > 0 or self.waiting > 0 or self.running > 0 or self.held_requests > 0
 
 
 # Beyond these a figure is a broken exporter, not load: vLLM caps a server's queue far lower, and no

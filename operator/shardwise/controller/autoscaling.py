@@ -32,7 +32,7 @@ from shardwise.kube.client import ApiException
 from shardwise.kube.quietlog import QuietLog
 from shardwise.controller.reconcile import now_rfc3339
 from shardwise.decide.scaling_status import (MAX_HISTORY, Outcome, apply_decision, capacity_replicas,
-                                                 conflict_condition, hpa_conflicts, observation)
+                                             conflict_condition, held_at_gateway, hpa_conflicts, observation)
 from shardwise.controller.settings import Settings
 from shardwise.observe.aggregate import Summary
 from shardwise.render.labels import INSTANCE_LABEL
@@ -106,6 +106,10 @@ class Autoscaler:
         if failed:
             raise RuntimeError(f"{len(failed)} deployments failed, first {failed[0]}")
 
+    def wake(self, namespace: str, name: str) -> None:
+        """Evaluate this deployment at the next tick: the gateway holds a request for it."""
+        self._due[(namespace, name)] = self._clock()
+
     def evaluate(self, namespace: str, name: str) -> bool:
         """One decision for one deployment; True when desired replicas changed."""
         infd = self.kube.get(f"{api.GROUP}/{api.VERSION}", api.KIND, namespace, name)
@@ -129,7 +133,8 @@ class Autoscaler:
         update: dict[str, Any] = {"conditions": merged}
         if not conflicting:
             try:
-                outcome = self._decide(namespace, name, spec, status, stamp)
+                outcome = self._decide(namespace, name, spec, status, stamp,
+                                       held=held_at_gateway(infd["metadata"].get("annotations") or {}, status))
                 update.update(outcome.update)
             except autoscale.PolicyError as exc:  # the CRD's rules catch most; say the rest
                 update["autoscaling"] = {**(status.get("autoscaling") or {}), "reason": f"invalid policy: {exc}"}
@@ -141,7 +146,7 @@ class Autoscaler:
         return bool(outcome and outcome.changed)
 
     def _decide(self, namespace: str, name: str, spec: api.InferenceDeploymentSpec,
-                status: Mapping[str, Any], stamp: str) -> Outcome:
+                status: Mapping[str, Any], stamp: str, *, held: float = 0.0) -> Outcome:
         assert spec.autoscaling is not None
         policy = autoscale.policy_from_spec(spec.autoscaling.model_dump(mode="json"))
         others = [p for p in self.kube.list_gpu_pods()
@@ -154,7 +159,7 @@ class Autoscaler:
                           ready=int(status.get("readyReplicas") or 0), capacity=capacity,
                           predicted=(status.get("plan") or {}).get("predicted"),
                           expected_startup_s=(status.get("modelCache") or {}).get("expectedStartSeconds"),
-                          compared=status.get("prediction"), rollout=status.get("rollout"))
+                          compared=status.get("prediction"), rollout=status.get("rollout"), held=held)
         key = (namespace, name)
         now = self._clock()
         decision = autoscale.decide(policy, obs, self._history.get(key, History()), now)

@@ -37,7 +37,7 @@ from shardwise.kube.informer import Obj, wait_for_sync
 from shardwise.kube.client import ApiException, Kube, retry_after
 from shardwise.kube.leader import LeaderElector, Timing
 from shardwise.controller.settings import Settings
-from shardwise.decide.triggers import child_signal, needs_reconcile, pod_signal
+from shardwise.decide.triggers import child_signal, needs_reconcile, pod_signal, wake_requested
 from shardwise.kube.workqueue import HIGH, LOW, NORMAL, ShutDown, WorkQueue
 from shardwise.observe import operator_metrics
 from shardwise.render.labels import FIELD_MANAGER, INSTANCE_LABEL
@@ -132,7 +132,10 @@ class Manager:
         if new is None and old is not None:
             meta = old["metadata"]
             operator_metrics.forget(meta["namespace"], meta["name"])
-        elif needs_reconcile(old, new):
+            return
+        if new is not None and wake_requested(old, new):  # the gateway holds a request for it
+            self.autoscaler.wake(new["metadata"]["namespace"], new["metadata"]["name"])
+        if needs_reconcile(old, new):
             assert new is not None
             if old is None:
                 self.terminating.discard(new["metadata"]["namespace"])

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +40,7 @@ from shardwise.kube.compare import contains, merge_patch
 from shardwise.planner import plans
 from shardwise.api import names
 from shardwise.render import children, leaderworkerset
+from shardwise.render.labels import WAKE_ANNOTATION
 from shardwise.render import modelcache as mc
 
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
@@ -209,6 +211,7 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
         update = cachestate.with_cache_condition(update, cache, generation=generation, now=now)
         if not cache.ready:
             update = cachestate.gated_status(update, stored, cache, generation=generation, now=now)
+    update = _with_cold_start(update, stored, meta.get("annotations") or {}, now)
     decided = _with_status(stored, update)
     return dataclasses.replace(decided, apply=tuple(applies), delete=tuple(deletes), annotate=tuple(annotate),
                                failure=failure, requeue=requeue)
@@ -221,6 +224,28 @@ def _with_status(stored: dict[str, Any], update: dict[str, Any]) -> Decision:
         return Decision(status=update)
     events = transitions(stored, update) + cachestate.cache_events(stored, update)
     return Decision(status=update, status_patch=patch, events=tuple(events))
+
+
+def _with_cold_start(update: dict[str, Any], stored: dict[str, Any], annotations: Mapping[str, Any],
+                     now: str) -> dict[str, Any]:
+    """`status.autoscaling.lastColdStart`: from the request the gateway held for a deployment with no
+    ready replica (its wake annotation) to the first ready replica, recorded once per wake-up."""
+    wake = annotations.get(WAKE_ANNOTATION)
+    scaling = stored.get("autoscaling") or {}
+    if not wake or (scaling.get("lastColdStart") or {}).get("requestedAt") == wake:
+        return update
+    if int(update.get("readyReplicas") or 0) < 1:
+        return update
+    try:
+        seconds = (_instant(now) - _instant(str(wake))).total_seconds()
+    except ValueError:  # not a time: nothing to measure from
+        return update
+    cold = {"requestedAt": wake, "readyAt": now, "seconds": round(max(0.0, seconds), 1)}
+    return {**update, "autoscaling": {**scaling, "lastColdStart": cold}}
+
+
+def _instant(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _plan(snapshot: Snapshot, spec: api.InferenceDeploymentSpec) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from shardwise.conditions import Condition
 from shardwise.observe.aggregate import Summary
 from shardwise.planner import corrections, inventory, placement
 from shardwise.rollout import progress as rollout_progress
+from shardwise.render.labels import WAKE_ANNOTATION
 from shardwise.rollout import room
 
 CONFLICT = "AutoscalingConflict"
@@ -72,7 +73,7 @@ def observation(summary: Summary | None, *, current: int, ready: int,
                 capacity: int | None, predicted: Mapping[str, Any] | None = None,
                 compared: Mapping[str, Any] | None = None,
                 expected_startup_s: float | None = None,
-                rollout: Mapping[str, Any] | None = None) -> Observation:
+                rollout: Mapping[str, Any] | None = None, held: float = 0.0) -> Observation:
     """What `decide` sees; no summary (no scrape yet) means no latency and no load known.
 
     Scale-down projections count only the inter-token latency above an idle replica's
@@ -92,6 +93,7 @@ def observation(summary: Summary | None, *, current: int, ready: int,
         running=(s.running or 0.0) if s else 0.0,
         kv_cache_usage=s.kv_cache_usage if s else None,
         requests_per_second=(s.requests_per_second or 0.0) if s else 0.0,
+        held_requests=held,
         capacity_replicas=capacity,
         rollout_in_progress=bool(rollout) and (rollout or {}).get("state") != rollout_progress.COMPLETE,
     )
@@ -135,6 +137,18 @@ def apply_decision(status: Mapping[str, Any], decision: Decision, *, capacity: i
     update = {"desiredReplicas": decision.desired_replicas,
               "autoscaling": {k: v for k, v in summary.items() if v is not None}}
     return Outcome(update, tuple(found), changed)
+
+
+def held_at_gateway(annotations: Mapping[str, Any], status: Mapping[str, Any]) -> float:
+    """1 when the gateway asked to wake this deployment since its last scaling decision, else 0.
+
+    The gateway writes the time it held a request for a model with no ready replica; a request
+    newer than the last scale (RFC 3339 strings in UTC order as times do) is demand not yet
+    answered. Once the wake-up is decided, lastScaleTime passes it and the demand is spent.
+    """
+    wake = str(annotations.get(WAKE_ANNOTATION) or "")
+    last = str((status.get("autoscaling") or {}).get("lastScaleTime") or "")
+    return 1.0 if wake and wake > last else 0.0
 
 
 def conflict_condition(names: list[str]) -> Condition:

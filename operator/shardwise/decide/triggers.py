@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardwise.decide.workload_health import pod_failure, unschedulable
+from shardwise.render.labels import WAKE_ANNOTATION
 from shardwise.rollout import pods as rollout_pods
 
 Obj = dict[str, Any]
@@ -28,6 +29,13 @@ def needs_reconcile(old: Obj | None, new: Obj | None) -> bool:
         return True
     before, after = old.get("metadata") or {}, new.get("metadata") or {}
     return any(before.get(k) != after.get(k) for k in ("generation", "annotations", "labels", "deletionTimestamp"))
+
+
+def wake_requested(old: Obj | None, new: Obj) -> bool:
+    """Did the gateway (again) ask to wake this deployment? Then the autoscaler evaluates now."""
+    def wake(obj: Obj | None) -> Any:
+        return (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(WAKE_ANNOTATION)
+    return wake(new) is not None and wake(new) != wake(old)
 
 
 # Bookkeeping the deployment controller writes on its Deployments (the revision counter): no news.

@@ -11,6 +11,9 @@ FIELD_MANAGER = "shardwise"
 MODEL_PARAMETERS_ANNOTATION = "shardwise.io/model-parameters"
 MAX_CONCURRENCY_ANNOTATION = "shardwise.io/max-concurrency"
 REPLAN_ANNOTATION = "shardwise.io/replan"
+# Written by the gateway (RFC 3339, UTC) while it holds a request for a model with no ready
+# replica: the demand that wakes a deployment scaled to zero, where no engine reports traffic.
+WAKE_ANNOTATION = "shardwise.io/wake-requested"
 
 
 def selector_labels(name: str) -> dict[str, str]:

@@ -134,3 +134,15 @@ def test_capacity_leaves_out_nodes_whose_taints_the_pods_do_not_tolerate() -> No
     assert scaling_status.capacity_replicas(plan, inv, {}) == 1
     tolerate = planner.placement.Toleration(key="team", operator="Equal", value="a", effect="NoSchedule")
     assert scaling_status.capacity_replicas(plan, inv, {}, (tolerate,)) == 2
+
+
+@pytest.mark.parametrize("wake,last,held", [
+    (None, None, 0.0),  # the gateway never asked
+    ("2026-01-01T00:00:05Z", None, 1.0),  # asked, never scaled
+    ("2026-01-01T00:00:05Z", "2026-01-01T00:00:01Z", 1.0),  # asked after the last scaling decision
+    ("2026-01-01T00:00:05Z", "2026-01-01T00:00:06Z", 0.0),  # the wake-up was decided since
+])
+def test_a_wake_request_is_demand_until_a_scaling_decision_answers_it(wake, last, held) -> None:
+    annotations = {"shardwise.io/wake-requested": wake} if wake else {}
+    status = {"autoscaling": {"lastScaleTime": last}} if last else {}
+    assert scaling_status.held_at_gateway(annotations, status) == held

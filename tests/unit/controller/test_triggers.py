@@ -1,6 +1,6 @@
 """What enqueues a reconcile, and the plan inputs that must not move a running model."""
 
-from shardwise.decide.triggers import child_signal, needs_reconcile, pod_signal
+from shardwise.decide.triggers import child_signal, needs_reconcile, pod_signal, wake_requested
 from shardwise.decide.planning import pods_of_others
 
 
@@ -81,3 +81,13 @@ def test_a_childs_status_updates_reconcile_only_when_they_change_what_status_rea
     touched = deployment("8", {"team": "x"})
     assert child_signal(touched) != child_signal(created)
     assert child_signal(None) != child_signal(created), "created or deleted"
+
+
+def test_the_autoscaler_hears_each_new_wake_request_once() -> None:
+    def infd(wake: str | None) -> dict:
+        return {"metadata": {"name": "m", "annotations": {"shardwise.io/wake-requested": wake} if wake else {}}}
+    assert wake_requested(None, infd("t1"))
+    assert wake_requested(infd(None), infd("t1"))
+    assert wake_requested(infd("t1"), infd("t2"))
+    assert not wake_requested(infd("t1"), infd("t1"))
+    assert not wake_requested(infd(None), infd(None))

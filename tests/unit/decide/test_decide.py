@@ -280,3 +280,22 @@ def test_the_snapshot_is_not_changed_by_deciding() -> None:
     before = copy.deepcopy(dataclasses.asdict(snap))
     decide(snap)
     assert dataclasses.asdict(snap) == before
+
+
+def test_a_wake_up_from_zero_records_its_cold_start_once() -> None:
+    from shardwise.render.labels import WAKE_ANNOTATION
+
+    scaling = {"minReplicas": 0, "maxReplicas": 2, "allowScaleToZero": True, "slo": {"ttftP95": "2s"}}
+    resource = infd(autoscaling=scaling)
+    del resource["spec"]["replicas"]
+    resource["metadata"]["annotations"] = {WAKE_ANNOTATION: T0}
+    resource["status"] = {"desiredReplicas": 1}
+    first = decide(snapshot(resource))
+    assert "lastColdStart" not in ((first.status or {}).get("autoscaling") or {})  # nothing ready yet
+    resource = written(resource, first)
+    children, pods = serving(live(first), 1)
+    ready = decide(snapshot(resource, children=children, pods=pods, now="2026-01-01T00:00:42Z"))
+    cold = (ready.status or {})["autoscaling"]["lastColdStart"]
+    assert cold == {"requestedAt": T0, "readyAt": "2026-01-01T00:00:42Z", "seconds": 42.0}
+    again = decide(snapshot(written(resource, ready), children=children, pods=pods, now="2026-01-01T00:09:00Z"))
+    assert again.status_patch == {}
