@@ -29,6 +29,7 @@ import yaml
 
 from shardwise import planner, pricing
 from shardwise.planner import corrections, hfconfig, models, plans
+from shardwise.planner import request as plan_request
 
 _BAND_NAMES = {"ttftMs": "TTFT", "itlMs": "ITL", "tokensPerSecond": "tokens/s"}
 EXIT_FEASIBLE = 0
@@ -280,6 +281,7 @@ def run(args: argparse.Namespace) -> int:
     """Handle `shardwise plan`; returns the exit status."""
     try:
         spec = _with_workload(_deployment_spec(args.filename), args)
+        plan_request.check_strings(spec)  # before any hub lookup of the model's name
         resolved = _resolved_architecture(spec, args.model_config)
         request = planner.request_from_spec(spec, architecture=resolved)
         nodes, pods = _cluster_objects() if args.cluster else _objects(args.nodes)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardwise import pricing
-from shardwise.api import bounds
+from shardwise.api import bounds, extra_args, images, model_ids
 from shardwise.api import v1alpha1 as api
 from shardwise.planner import models, placement
 
@@ -275,6 +275,33 @@ def _tolerations(value: Any) -> tuple[placement.Toleration, ...]:
     return tuple(result)
 
 
+def check_strings(spec: Mapping[str, Any]) -> None:
+    """The API's string rules (shardwise.api: model id, image reference, extraArgs), so an offline
+    file is refused with the sentence the API server gives. The CLI runs this before it asks the
+    hub for a model's config.json: a URL or a leading space must not become a hub lookup."""
+    model, serving = _section(spec, "model"), _section(spec, "serving")
+    name = model.get("name")
+    if isinstance(name, str) and name.strip():
+        problem = model_ids.problem(name)
+        if problem:
+            raise PlanInputError("spec.model.name", problem)
+    image = serving.get("image")
+    if image is not None:
+        problem = images.problem(image) if isinstance(image, str) else "must be a string"
+        if problem:
+            raise PlanInputError("spec.serving.image", problem)
+    items = serving.get("extraArgs") or []
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise PlanInputError("spec.serving.extraArgs", "must be a list of strings, one argument each")
+    for index, item in enumerate(items):
+        problem = extra_args.item_problem(item)
+        if problem:
+            raise PlanInputError(f"spec.serving.extraArgs[{index}]", problem)
+    problem = extra_args.list_problem(items)
+    if problem:
+        raise PlanInputError("spec.serving.extraArgs", problem)
+
+
 def request_from_spec(
     spec: Mapping[str, Any], *, architecture: models.ModelArch | None = None
 ) -> PlanRequest:
@@ -293,6 +320,7 @@ def request_from_spec(
     name = model.get("name")
     if not isinstance(name, str) or not name.strip():
         raise PlanInputError("spec.model.name", "is required (a Hugging Face repo id)")
+    check_strings(spec)
     resolved = architecture
     architecture = model.get("architecture") or {}
     if not isinstance(architecture, Mapping):
