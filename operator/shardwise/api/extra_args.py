@@ -9,9 +9,11 @@ Two levels, because of what CEL can afford:
   one item, `--help`, and flags vLLM 0.32 does not have. These are CEL rules on the item, so the
   API server refuses them (membership in the ~430 spellings costs one list lookup per item).
 - the list (`list_problem`): a value with no flag before it that takes one, a flag left without
-  its value, a switch given `=value`. That needs each item's neighbours, which CEL on a list cannot
-  walk within its cost budget; the models check it, so `shardwise plan` refuses it and the
-  operator reports it as condition Ready=False, reason InvalidSpec, before creating anything.
+  its value, a switch given `=value`. That needs each item's neighbours and the value kind of the
+  nearest flag before it; CEL rules on a list read items, not neighbours (Kubernetes 1.33's
+  two-variable comprehensions could, at a lookup cost not measured yet), so the models check it:
+  `shardwise plan` refuses it and the operator reports it as condition Ready=False, reason
+  InvalidSpec, before creating anything.
 """
 
 from __future__ import annotations
