@@ -44,7 +44,6 @@ def _owned_spellings() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 OWNED_LONG, OWNED_SHORT = _owned_spellings()
-_SHORT_OWNED_NAMES = ", ".join(sorted(OWNED_SHORT))
 
 # A number is a value, never a flag (`--seed -1`).
 NUMBER = r"-[0-9.][0-9.eE+-]*"
@@ -103,6 +102,8 @@ _SEVERAL_MESSAGE = ("holds several arguments; serving.extraArgs takes one per it
 _LEADING_MESSAGE = ("starts with whitespace, which makes it a value to vLLM, not a flag: remove it "
                     "(serving.extraArgs items are passed as they are)")
 _HELP_MESSAGE = "makes vLLM print its help and exit instead of serving: remove it from serving.extraArgs"
+# vLLM's argparse also takes an unambiguous prefix (`--enable-prefix-cach`); refused all the same:
+# a prefix that is unambiguous in 0.32 fails on the first vLLM that adds a flag sharing it.
 _UNKNOWN_MESSAGE = ("is not a flag of vLLM 0.32's `vllm serve` (flags are exact, no abbreviations; the list is "
                     "`vllm serve --help=all`)")
 
