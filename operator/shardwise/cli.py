@@ -18,6 +18,7 @@ _SUBCOMMAND_MODULES = (
     "shardwise.api.cli",
     "shardwise.planner.cli",
     "shardwise.observe.cli",
+    "shardwise.gateway.cli",
 )
 
 

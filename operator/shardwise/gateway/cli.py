@@ -1,0 +1,68 @@
+"""`shardwise gateway serve` runs the ext_proc service; `shardwise gateway envoy-config` prints the
+Envoy bootstrap that goes with it (the chart and `make demo` render it from here)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from typing import Any
+
+from shardwise.gateway import envoy, holding
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("gateway", help="the OpenAI front door (Envoy ext_proc service)")
+    commands = parser.add_subparsers(dest="gateway_command", required=True, metavar="COMMAND")
+    serve = commands.add_parser("serve", help="serve Envoy's ext_proc filter: route, hold, measure")
+    serve.add_argument("--namespace", action="append", default=[],
+                       help="watch only this namespace (repeatable; default: every namespace)")
+    serve.add_argument("--grpc-host", default="127.0.0.1", help="ext_proc listen address (Envoy beside it)")
+    serve.add_argument("--grpc-port", type=int, default=9002)
+    serve.add_argument("--http-host", default="0.0.0.0", help="/metrics, /healthz, /readyz listen address")
+    serve.add_argument("--http-port", type=int, default=9090)
+    serve.add_argument("--hold-timeout", type=float, default=holding.DEFAULT_TIMEOUT_S,
+                       help="seconds a request waits for its model to wake before a 503")
+    serve.add_argument("--hold-max-requests", type=int, default=holding.DEFAULT_MAX_COUNT,
+                       help="held requests per model before a 429")
+    serve.add_argument("--hold-max-bytes", type=int, default=holding.DEFAULT_MAX_BYTES,
+                       help="held body bytes per model before a 429")
+    serve.add_argument("--wake-interval", type=float, default=5.0, help="seconds between wake signals per model")
+    serve.add_argument("--scrape-interval", type=float, default=2.0, help="seconds between engine /metrics scrapes")
+    serve.set_defaults(handler=_serve)
+
+    config = commands.add_parser("envoy-config", help="print the Envoy bootstrap (JSON)")
+    config.add_argument("--listen-host", default="0.0.0.0")
+    config.add_argument("--listen-port", type=int, default=8080)
+    config.add_argument("--admin-port", type=int, default=9901)
+    config.add_argument("--extproc-port", type=int, default=9002)
+    config.add_argument("--body-limit-bytes", type=int, default=envoy.EnvoySettings.body_limit_bytes)
+    config.add_argument("--hold-timeout", type=float, default=holding.DEFAULT_TIMEOUT_S)
+    config.set_defaults(handler=_envoy_config)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from shardwise.gateway import server
+    from shardwise.kube.client import Kube
+
+    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = server.Settings(
+        namespaces=tuple(args.namespace), grpc_host=args.grpc_host, grpc_port=args.grpc_port,
+        http_host=args.http_host, http_port=args.http_port,
+        limits=holding.Limits(max_count=args.hold_max_requests, max_bytes=args.hold_max_bytes,
+                              timeout_s=args.hold_timeout),
+        wake_interval_s=args.wake_interval, scrape_interval_s=args.scrape_interval)
+    asyncio.run(server.Gateway(Kube(field_manager="shardwise-gateway"), settings).run())
+    return 0
+
+
+def _envoy_config(args: argparse.Namespace) -> int:
+    settings = envoy.EnvoySettings(listen_host=args.listen_host, listen_port=args.listen_port,
+                                   admin_port=args.admin_port, extproc_port=args.extproc_port,
+                                   body_limit_bytes=args.body_limit_bytes, hold_timeout_s=args.hold_timeout)
+    print(json.dumps(envoy.bootstrap(settings), indent=2))
+    return 0

@@ -1,0 +1,150 @@
+"""The Envoy bootstrap: a static config that makes Envoy the gateway's data path.
+
+One listener speaks HTTP/1.1 and HTTP/2 to clients. Two ext_proc filters call the shardwise
+service over gRPC:
+- `shardwise.route` sees the request headers and the whole (BUFFERED) body and answers with the
+  endpoint in `x-gateway-destination-endpoint` (the Gateway API Inference Extension's picker
+  protocol) or an immediate response. Its message timeout is longer than the hold timeout: a held
+  request is an unanswered body message. Response phases are SKIPped: streams pass unbuffered.
+- `shardwise.observe` runs in observability mode: Envoy sends it the request headers, response
+  headers and response body chunks without waiting for answers, so it adds no latency; the
+  service measures TTFT, end-to-end and tokens from them.
+The `engines` cluster is ORIGINAL_DST on that header: Envoy connects to exactly the IP:PORT the
+picker chose, with no endpoint list of its own. A client's own copy of the header never counts:
+the route filter overwrites it on every request it lets through.
+
+Requests whose body exceeds `body_limit_bytes` get Envoy's own 413; `local_reply_config` rewrites
+that reply into OpenAI's error shape. Pure: returns a dict (JSON is valid Envoy YAML).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from shardwise.gateway import openai_errors
+
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+MODEL_HEADER = "x-shardwise-model"  # set by the route filter for the observer (and access logs)
+_EXT_PROC = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor"
+_HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+_HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+# Far above any real concurrency: Envoy's defaults (1,024 requests per cluster) would shed
+# streams with a 503 of its own long before an engine or the gateway is the limit.
+_UNLIMITED = {"thresholds": [{"max_connections": 1_000_000, "max_pending_requests": 1_000_000,
+                              "max_requests": 1_000_000, "max_retries": 3}]}
+
+# Only a connection that never opened is retried (nothing reached the engine, so a POST is safe):
+# a pod picked in the instant it went away, or one Ready a moment before its server listens.
+_CONNECT_RETRIES = {"retry_on": "connect-failure,refused-stream", "num_retries": 5,
+                    "retry_back_off": {"base_interval": "0.1s", "max_interval": "1s"}}
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvoySettings:
+    listen_port: int
+    admin_port: int
+    extproc_port: int
+    listen_host: str = "127.0.0.1"
+    admin_host: str = "127.0.0.1"
+    extproc_host: str = "127.0.0.1"
+    body_limit_bytes: int = 4 * 1024 * 1024
+    hold_timeout_s: float = 600.0
+    engine_connect_timeout_s: float = 5.0
+    observe: bool = True
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def _ext_proc(settings: EnvoySettings, *, observe: bool) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "@type": _EXT_PROC,
+        "grpc_service": {"envoy_grpc": {"cluster_name": "shardwise_gateway"}},
+        "failure_mode_allow": observe,  # metrics may fail open; routing never does
+        "stat_prefix": "observe" if observe else "route",
+    }
+    if observe:
+        config.update({
+            "observability_mode": True,
+            "deferred_close_timeout": "5s",
+            "processing_mode": {"request_header_mode": "SEND", "response_header_mode": "SEND",
+                                "request_body_mode": "NONE", "response_body_mode": "STREAMED",
+                                "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
+        })
+    else:
+        config.update({
+            # A held request is a body message the service has not answered yet.
+            "message_timeout": _seconds(settings.hold_timeout_s + 30),
+            # The service gone (restart, crash): the client gets a status, never a hang.
+            "status_on_error": {"code": 503},
+            "processing_mode": {"request_header_mode": "SEND", "response_header_mode": "SKIP",
+                                "request_body_mode": "BUFFERED", "response_body_mode": "NONE",
+                                "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
+        })
+    return config
+
+
+def _too_large_mapper(settings: EnvoySettings) -> dict[str, Any]:
+    refusal = openai_errors.too_large(settings.body_limit_bytes)
+    return {
+        "filter": {"status_code_filter": {"comparison": {
+            "op": "EQ", "value": {"default_value": 413, "runtime_key": "gateway.too_large_status"}}}},
+        "body": {"inline_string": refusal.body.decode()},
+        "body_format_override": {"text_format_source": {"inline_string": "%LOCAL_REPLY_BODY%"},
+                                 "content_type": openai_errors.JSON},
+    }
+
+
+def bootstrap(settings: EnvoySettings) -> dict[str, Any]:
+    filters = [{"name": "shardwise.route", "typed_config": _ext_proc(settings, observe=False)}]
+    if settings.observe:
+        filters.append({"name": "shardwise.observe", "typed_config": _ext_proc(settings, observe=True)})
+    filters.append({"name": "envoy.filters.http.router",
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}})
+    hcm = {
+        "@type": _HCM,
+        "stat_prefix": "gateway",
+        "codec_type": "AUTO",
+        # A held request is silent until its model wakes: idle longer than any hold.
+        "stream_idle_timeout": _seconds(settings.hold_timeout_s + 60),
+        "request_timeout": "0s",
+        "local_reply_config": {"mappers": [_too_large_mapper(settings)]},
+        "route_config": {"name": "openai", "virtual_hosts": [{
+            "name": "openai", "domains": ["*"],
+            "routes": [{"match": {"prefix": "/"},
+                        # No route timeout: a long generation streams for minutes.
+                        "route": {"cluster": "engines", "timeout": "0s", "retry_policy": _CONNECT_RETRIES}}],
+        }]},
+        "http_filters": filters,
+    }
+    engines = {
+        "name": "engines", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
+        "connect_timeout": _seconds(settings.engine_connect_timeout_s),
+        "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER},
+        "circuit_breakers": _UNLIMITED,
+    }
+    extproc = {
+        "name": "shardwise_gateway", "type": "STATIC", "connect_timeout": "1s",
+        "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": _HTTP_OPTIONS, "explicit_http_config": {"http2_protocol_options": {}}}},
+        "circuit_breakers": _UNLIMITED,
+        "load_assignment": {"cluster_name": "shardwise_gateway", "endpoints": [{"lb_endpoints": [{"endpoint": {
+            "address": {"socket_address": {"address": settings.extproc_host,
+                                           "port_value": settings.extproc_port}}}}]}]},
+    }
+    return {
+        "admin": {"address": {"socket_address": {"address": settings.admin_host,
+                                                 "port_value": settings.admin_port}}},
+        "static_resources": {
+            "listeners": [{"name": "openai", "address": {"socket_address": {
+                "address": settings.listen_host, "port_value": settings.listen_port}},
+                # The body limit: ext_proc's BUFFERED mode buffers up to the connection's limit and
+                # answers 413 past it (the route's buffer limits do not apply to it, measured).
+                "per_connection_buffer_limit_bytes": settings.body_limit_bytes,
+                "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
+                                                "typed_config": hcm}]}]}],
+            "clusters": [engines, extproc],
+        },
+    }

@@ -1,0 +1,163 @@
+"""Envoy's ext_proc protocol, spoken by the gateway: one gRPC stream per HTTP request.
+
+The route filter's stream (processing mode: request headers SEND, request body BUFFERED,
+responses SKIP):
+1. request headers: `GET /v1/models[/<id>]` is answered here (immediate_response); the three
+   OpenAI POST routes continue; any other path is a 404 in OpenAI's words.
+2. request body (whole, up to Envoy's limit): parse it, read `model`, ask the dispatcher; answer
+   with a header mutation (`x-gateway-destination-endpoint: IP:PORT`, Envoy's ORIGINAL_DST cluster
+   connects there) and clear_route_cache, or with an immediate_response carrying the refusal.
+   A held request is simply this answer not sent yet.
+3. Then the stream stays open until Envoy ends it with the HTTP request; until then the pick
+   counts as outstanding on its endpoint.
+Streams of the observe filter (observability mode: Envoy sets `observability_mode` on each
+message and reads no answer) go to `observer`.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from envoy.type.v3 import http_status_pb2
+
+from shardwise.gateway import envoy, metrics, openai_errors, picker
+from shardwise.gateway.dispatcher import Dispatcher
+from shardwise.gateway.observer import Observer
+from shardwise.gateway.openai_errors import Refusal
+
+log = logging.getLogger(__name__)
+
+ROUTED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+ARRIVAL_HEADER = "x-shardwise-arrival"  # unix seconds at arrival, for the observer's TTFT
+_OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+
+
+def header_map(headers: pb.HttpHeaders) -> dict[str, str]:
+    return {h.key.lower(): (h.raw_value.decode("latin-1") if h.raw_value else h.value)
+            for h in headers.headers.headers}
+
+
+def immediate(refusal: Refusal, details: str) -> pb.ProcessingResponse:
+    return pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(
+        status=http_status_pb2.HttpStatus(code=refusal.status),
+        headers=pb.HeaderMutation(set_headers=[
+            base_pb2.HeaderValueOption(header=base_pb2.HeaderValue(key=k, raw_value=v.encode()), append_action=_OVERWRITE)
+            for k, v in refusal.headers]),
+        body=refusal.body, details=details))
+
+
+def _routed(endpoint: str, model: str, arrival: float) -> pb.ProcessingResponse:
+    set_headers = [base_pb2.HeaderValueOption(header=base_pb2.HeaderValue(key=k, raw_value=v.encode()),
+                                              append_action=_OVERWRITE)
+                   for k, v in ((envoy.DESTINATION_HEADER, endpoint), (envoy.MODEL_HEADER, model),
+                                (ARRIVAL_HEADER, f"{arrival:.6f}"))]
+    return pb.ProcessingResponse(request_body=pb.BodyResponse(response=pb.CommonResponse(
+        header_mutation=pb.HeaderMutation(set_headers=set_headers), clear_route_cache=True)))
+
+
+def models_list(dispatcher: Dispatcher) -> Refusal:
+    """OpenAI's model list (a 200 answered like a refusal: status, headers, body)."""
+    data = [_model_object(route) for route in dispatcher.table.models()]
+    body = json.dumps({"object": "list", "data": data}, separators=(",", ":")).encode()
+    return Refusal(200, body, (("content-type", openai_errors.JSON),))
+
+
+def _model_object(route: Any) -> dict[str, Any]:
+    created = 0
+    if route.created:
+        created = calendar.timegm(time.strptime(route.created, "%Y-%m-%dT%H:%M:%SZ"))
+    return {"id": route.model, "object": "model", "created": created, "owned_by": route.namespace}
+
+
+def parse_body(raw: bytes) -> tuple[dict[str, Any], str] | Refusal:
+    """The body and its model, or the 400 to answer."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return openai_errors.invalid_json(str(exc))
+    if not isinstance(body, dict):
+        return openai_errors.not_an_object()
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return openai_errors.missing_model()
+    return body, model
+
+
+class ExtProc(pb_grpc.ExternalProcessorServicer):
+    def __init__(self, dispatcher: Dispatcher, observer: Observer) -> None:
+        self.dispatcher = dispatcher
+        self.observer = observer
+
+    async def Process(self, request_iterator: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 - gRPC's name
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:
+        stream = aiter(request_iterator)
+        try:
+            first = await anext(stream)
+        except StopAsyncIteration:
+            return
+        if first.observability_mode:
+            await self.observer.consume(first, stream)
+            return
+        async for response in self._route(first, stream):
+            yield response
+
+    async def _route(self, first: pb.ProcessingRequest,
+                     stream: AsyncIterator[pb.ProcessingRequest]) -> AsyncIterator[pb.ProcessingResponse]:
+        arrival = time.time()
+        if first.WhichOneof("request") != "request_headers":
+            log.warning("ext_proc stream began with %s, not request headers", first.WhichOneof("request"))
+            return
+        headers = header_map(first.request_headers)
+        method, path = headers.get(":method", ""), headers.get(":path", "").split("?", 1)[0]
+        early = self._answer_headers(method, path, first.request_headers.end_of_stream)
+        if early is not None:
+            metrics.REQUESTS.labels("", str(early.status)).inc()
+            yield immediate(early, "shardwise_" + ("models" if early.status == 200 else "refused"))
+            return
+        yield pb.ProcessingResponse(request_headers=pb.HeadersResponse())
+        message = await anext(stream, None)
+        if message is None or message.WhichOneof("request") != "request_body":
+            return
+        raw = message.request_body.body
+        parsed = parse_body(raw)
+        if isinstance(parsed, Refusal):
+            metrics.REQUESTS.labels("", str(parsed.status)).inc()
+            yield immediate(parsed, "shardwise_bad_request")
+            return
+        body, model = parsed
+        choice = await self.dispatcher.choose(model, len(raw), picker.prefix_of(body))
+        if isinstance(choice, Refusal):
+            known = self.dispatcher.table.get(model) is not None
+            metrics.REQUESTS.labels(model if known else "", str(choice.status)).inc()
+            yield immediate(choice, "shardwise_refused")
+            return
+        try:
+            yield _routed(choice, model, arrival)
+            async for _ in stream:  # nothing more is sent in this mode; wait for the request's end
+                pass
+        finally:
+            self.dispatcher.done(choice)
+
+    def _answer_headers(self, method: str, path: str, end_of_stream: bool) -> Refusal | None:
+        if path in ("/v1/models", "/v1/models/") and method == "GET":
+            return models_list(self.dispatcher)
+        if path.startswith("/v1/models/") and method == "GET":
+            route = self.dispatcher.table.get(path.removeprefix("/v1/models/"))
+            if route is None:
+                return openai_errors.model_not_found(path.removeprefix("/v1/models/"))
+            body = json.dumps(_model_object(route), separators=(",", ":")).encode()
+            return Refusal(200, body, (("content-type", openai_errors.JSON),))
+        if path not in ROUTED_PATHS or method != "POST":
+            return openai_errors.unknown_url(method, path)
+        if end_of_stream:
+            return openai_errors.invalid_json("the body is empty")
+        return None

@@ -1,0 +1,34 @@
+"""The gateway's Prometheus series, in a registry of its own (served on the gateway's port).
+
+Per model: requests by status code (the gateway's own refusals and the engines' answers), shed
+requests (429 hold queue full, 503 wake timeout), held requests now, TTFT and end-to-end as the
+client sees them through the gateway (from arrival, so a held request's wait is in its TTFT),
+prompt and completion tokens from the engines' usage. Per-key series come with API keys.
+"""
+
+from __future__ import annotations
+
+import prometheus_client as prom
+
+REGISTRY = prom.CollectorRegistry(auto_describe=True)
+# Seconds: fine below 100 ms (the gateway's own cost shows there) up to a cold start.
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+REQUESTS = prom.Counter("shardwise_gateway_requests", "Requests by model and HTTP status code.",
+                        ["model", "code"], registry=REGISTRY)
+SHED = prom.Counter("shardwise_gateway_shed_requests", "Requests refused for capacity (429 queue full, 503 "
+                    "wake timeout).", ["model", "code"], registry=REGISTRY)
+HELD = prom.Gauge("shardwise_gateway_held_requests", "Requests held while their model wakes.", ["model"],
+                  registry=REGISTRY)
+WAKES = prom.Counter("shardwise_gateway_wake_signals", "Wake annotations written.", ["model"], registry=REGISTRY)
+TTFT = prom.Histogram("shardwise_gateway_time_to_first_byte_seconds", "Arrival at the gateway to the first "
+                      "response body byte (the first token of a stream).", ["model"], buckets=_LATENCY_BUCKETS,
+                      registry=REGISTRY)
+E2E = prom.Histogram("shardwise_gateway_request_duration_seconds", "Arrival at the gateway to the end of the "
+                     "response.", ["model"], buckets=_LATENCY_BUCKETS, registry=REGISTRY)
+TOKENS = prom.Counter("shardwise_gateway_tokens", "Tokens from the engines' usage (direction: prompt or "
+                      "completion).", ["model", "direction"], registry=REGISTRY)
+BROKEN = prom.Counter("shardwise_gateway_broken_responses", "Responses that ended before their end of stream "
+                      "(engine died or client left).", ["model"], registry=REGISTRY)
+SYNCED = prom.Gauge("shardwise_gateway_caches_synced", "1 once the informers have synced.", registry=REGISTRY)
+ENDPOINTS = prom.Gauge("shardwise_gateway_endpoints", "Ready endpoints per model.", ["model"], registry=REGISTRY)

@@ -1,0 +1,230 @@
+"""The gateway process: informers in, ext_proc gRPC out, metrics and probes on the side.
+
+Wiring only. Two informers per watched namespace (or one pair cluster-wide): InferenceDeployments
+and the pods labelled `shardwise.io/inference-deployment`, slimmed to what routing reads. Every
+change rebuilds the model table on the event loop (coalesced: a burst of pod events is one
+rebuild). Until every informer has listed once, no request is routed (they wait, bounded). The
+engines the table routes to are scraped every few seconds for their queue and KV-cache use. The
+wake signal is a merge patch of one annotation, written from a worker thread. SIGTERM answers
+every held request with a 503 before the gRPC server stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import logging
+import signal
+import threading
+from typing import Any
+
+import aiohttp
+import grpc
+import prometheus_client
+from aiohttp import web
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from shardwise.api import v1alpha1 as api
+from shardwise.gateway import extproc, holding, metrics, picker, routes
+from shardwise.gateway.dispatcher import Dispatcher
+from shardwise.gateway.observer import Observer
+from shardwise.kube import health
+from shardwise.kube.client import Kube
+from shardwise.kube.informer import Informer, wait_for_sync
+from shardwise.kube.quietlog import QuietLog
+from shardwise.observe import parse
+
+log = logging.getLogger(__name__)
+
+WAKE_ANNOTATION = "shardwise.io/wake-requested"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = 9002
+    http_host: str = "0.0.0.0"
+    http_port: int = 9090
+    limits: holding.Limits = holding.Limits()
+    wake_interval_s: float = 5.0
+    scrape_interval_s: float = 2.0
+    tick_s: float = 0.5
+
+
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion", "deletionTimestamp")
+                         if k in meta},
+            "status": {"podIP": status.get("podIP"),
+                       "conditions": [c for c in status.get("conditions") or () if c.get("type") == "Ready"]}}
+
+
+def slim_infd(infd: dict[str, Any]) -> dict[str, Any]:
+    meta, spec = infd.get("metadata") or {}, infd.get("spec") or {}
+    keep = {k: meta[k] for k in ("name", "namespace", "resourceVersion", "creationTimestamp", "deletionTimestamp")
+            if k in meta}
+    slim_spec: dict[str, Any] = {"model": {"servedName": (spec.get("model") or {}).get("servedName")}}
+    for key in ("replicas", "autoscaling"):
+        if key in spec:
+            slim_spec[key] = spec[key]
+    return {"metadata": keep, "spec": slim_spec,
+            "status": {"desiredReplicas": (infd.get("status") or {}).get("desiredReplicas")}}
+
+
+def wake_patch(now: datetime.datetime) -> dict[str, Any]:
+    """The wake signal's body: the annotation holds when a request last asked (RFC 3339, UTC)."""
+    return {"metadata": {"annotations": {WAKE_ANNOTATION: now.astimezone(datetime.timezone.utc)
+                                         .strftime("%Y-%m-%dT%H:%M:%SZ")}}}
+
+
+class Gateway:
+    def __init__(self, kube: Kube, settings: Settings) -> None:
+        self.kube, self.settings = kube, settings
+        self.stop = threading.Event()
+        self.contact = health.ApiContact()
+        self.dispatcher: Dispatcher | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._rebuild_pending = False
+        self._wake_log = QuietLog(log, "wake annotation")
+        self._scrape_log = QuietLog(log, "engine metrics scrape")
+        self.infds: list[Informer] = []
+        self.pods: list[Informer] = []
+        prefix = f"/apis/{api.GROUP}/{api.VERSION}"
+        for ns in settings.namespaces or ("",):
+            scope = f"/namespaces/{ns}" if ns else ""
+            self.infds.append(Informer(kube, f"InferenceDeployment{scope}", f"{prefix}{scope}/{api.PLURAL}",
+                                       transform=slim_infd, on_change=self._changed, on_contact=self.contact.mark))
+            self.pods.append(Informer(kube, f"Pod{scope}", f"/api/v1{scope}/pods", label_selector=routes.INSTANCE_LABEL,
+                                      transform=slim_pod, on_change=self._changed, on_contact=self.contact.mark))
+        self.threads = [threading.Thread(target=i.run, args=(self.stop,), name=i.name, daemon=True)
+                        for i in self.infds + self.pods]
+
+    # -- informers -> table -----------------------------------------------------------------
+    def _changed(self, old: Any, new: Any) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._schedule_rebuild)
+
+    def _schedule_rebuild(self) -> None:
+        if not self._rebuild_pending:
+            self._rebuild_pending = True
+            asyncio.get_running_loop().call_soon(self._rebuild)
+
+    def _rebuild(self) -> None:
+        self._rebuild_pending = False
+        if self.dispatcher is None or not self.dispatcher.synced.is_set():
+            return
+        table = routes.build_table([o for i in self.infds for o in i.items()], [o for i in self.pods for o in i.items()])
+        if table.conflicts != self.dispatcher.table.conflicts:
+            for conflict in table.conflicts:
+                log.warning("not routed: %s", conflict)
+        self.dispatcher.set_table(table)
+
+    def _synced(self) -> None:
+        assert self.dispatcher is not None
+        self.dispatcher.synced.set()
+        metrics.SYNCED.set(1)
+        self._rebuild()
+        log.info("caches synced: %d models", len(self.dispatcher.table.routes))
+
+    # -- wake -------------------------------------------------------------------------------
+    def _wake(self, route: routes.Route) -> None:
+        asyncio.get_running_loop().create_task(self._write_wake(route))
+
+    async def _write_wake(self, route: routes.Route) -> None:
+        path = f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{route.namespace}/{api.PLURAL}/{route.name}"
+        try:
+            await asyncio.to_thread(self.kube.request, "PATCH", path, body=wake_patch(datetime.datetime.now()),
+                                    content_type="application/merge-patch+json", timeout=10.0)
+        except Exception as exc:  # noqa: BLE001 - the next tick tries again
+            self._wake_log.failure(exc)
+            return
+        self._wake_log.success()
+        metrics.WAKES.labels(route.model).inc()
+        log.info("wake requested for %s (%s/%s): %d held", route.model, route.namespace, route.name,
+                 self.dispatcher.holds.count(route.model) if self.dispatcher else 0)
+
+    # -- loops ------------------------------------------------------------------------------
+    async def _tick(self) -> None:
+        assert self.dispatcher is not None
+        while True:
+            self.dispatcher.tick()
+            await asyncio.sleep(self.settings.tick_s)
+
+    async def _scrape(self) -> None:
+        """Each routed engine's queue and KV-cache use, for the picker (absent: outstanding only)."""
+        assert self.dispatcher is not None
+        timeout = aiohttp.ClientTimeout(total=max(0.5, self.settings.scrape_interval_s / 2))
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                endpoints = sorted({e for r in self.dispatcher.table.models() for e in r.endpoints})
+                found = await asyncio.gather(*(self._scrape_one(session, e) for e in endpoints))
+                self.dispatcher.stats = {e: s for e, s in zip(endpoints, found) if s is not None}
+                await asyncio.sleep(self.settings.scrape_interval_s)
+
+    async def _scrape_one(self, session: aiohttp.ClientSession, endpoint: str) -> picker.EngineStats | None:
+        try:
+            async with session.get(f"http://{endpoint}/metrics") as response:
+                text = await response.text()
+            sample = parse.parse(text)
+        except Exception as exc:  # noqa: BLE001 - an engine that does not answer weighs by outstanding only
+            self._scrape_log.failure(exc)
+            return None
+        self._scrape_log.success()
+        return picker.EngineStats(waiting=sample.gauges.get(parse.WAITING, 0.0),
+                                  kv_cache_usage=sample.gauges.get(parse.KV_CACHE_USAGE, 0.0))
+
+    def _http_app(self) -> web.Application:
+        live = health.liveness(self.contact, 300.0, lambda: self.threads)
+        ready = health.readiness(lambda: bool(self.dispatcher and self.dispatcher.synced.is_set()
+                                              and not self.dispatcher.closing), lambda: "leader")
+
+        def probe(check: health.Check):
+            async def handler(_: web.Request) -> web.Response:
+                problem = check()
+                return web.Response(status=200 if problem is None else 503, text=(problem or "ok") + "\n")
+            return handler
+
+        async def scrape(_: web.Request) -> web.Response:
+            return web.Response(body=prometheus_client.generate_latest(metrics.REGISTRY),
+                                headers={"content-type": prometheus_client.CONTENT_TYPE_LATEST})
+
+        app = web.Application()
+        app.router.add_get("/healthz", probe(live))
+        app.router.add_get("/readyz", probe(ready))
+        app.router.add_get("/metrics", scrape)
+        return app
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.dispatcher = Dispatcher(self.settings.limits, wake_interval_s=self.settings.wake_interval_s,
+                                     on_wake=self._wake)
+        for thread in self.threads:
+            thread.start()
+        threading.Thread(target=lambda: wait_for_sync(self.infds + self.pods, self.stop)
+                         and self._loop.call_soon_threadsafe(self._synced), name="sync", daemon=True).start()
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+        pb_grpc.add_ExternalProcessorServicer_to_server(extproc.ExtProc(self.dispatcher, Observer()), server)
+        server.add_insecure_port(f"{self.settings.grpc_host}:{self.settings.grpc_port}")
+        runner = web.AppRunner(self._http_app(), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, self.settings.http_host, self.settings.http_port).start()
+        await server.start()
+        log.info("gateway: ext_proc on %s:%d, metrics and probes on %s:%d", self.settings.grpc_host,
+                 self.settings.grpc_port, self.settings.http_host, self.settings.http_port)
+        stopping = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, stopping.set)
+        tasks = [asyncio.create_task(self._tick()), asyncio.create_task(self._scrape())]
+        try:
+            await stopping.wait()
+        finally:
+            log.info("stopping: answering held requests")
+            self.dispatcher.shutdown()
+            await asyncio.sleep(0)  # let the held streams send their 503s
+            await server.stop(grace=5.0)
+            for task in tasks:
+                task.cancel()
+            self.stop.set()
+            await runner.cleanup()

@@ -1,0 +1,71 @@
+"""Tokens and first-byte time read from a response body as it streams past (pure).
+
+A stream's usage is in its last data event when the client asked for it
+(`stream_options.include_usage`, as vLLM and OpenAI send it); otherwise the completion tokens are
+the content events counted (one token per event, as vLLM streams without speculative decoding)
+and the prompt tokens are unknown. A JSON answer is kept (bounded) and its `usage` read at the end.
+Only a tail of a stream is kept, so a long generation costs a few kilobytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+TAIL_BYTES = 8192
+JSON_LIMIT_BYTES = 1024 * 1024
+
+
+@dataclasses.dataclass
+class Tally:
+    streaming: bool
+    events: int = 0
+    _tail: bytes = b""
+    _json: bytearray = dataclasses.field(default_factory=bytearray)
+    _pending: bytes = b""
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.streaming:
+            if len(self._json) + len(chunk) <= JSON_LIMIT_BYTES:
+                self._json += chunk
+            return
+        data = self._pending + chunk
+        cut = data.rfind(b"\n") + 1
+        complete, self._pending = data[:cut], data[cut:][-TAIL_BYTES:]  # an event cut between chunks
+        for line in complete.split(b"\n"):
+            # Content events only: not the role event, the usage event (no choices) or [DONE].
+            if (line.startswith(b"data:") and line[5:].strip() != b"[DONE]" and b'"choices":[]' not in line
+                    and b'"role"' not in line):
+                self.events += 1
+        self._tail = (self._tail + complete)[-TAIL_BYTES:]
+
+    def tokens(self) -> tuple[int | None, int | None]:
+        """(prompt, completion) tokens; None where the response did not say."""
+        usage = self._usage()
+        if usage is not None:
+            return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+        return None, (self.events if self.streaming else None)
+
+    def _usage(self) -> dict[str, Any] | None:
+        if not self.streaming:
+            try:
+                body = json.loads(bytes(self._json))
+            except ValueError:
+                return None
+            usage = body.get("usage") if isinstance(body, dict) else None
+            return usage if isinstance(usage, dict) else None
+        for line in reversed((self._tail + self._pending).split(b"\n")):
+            if line.startswith(b"data:") and b'"usage"' in line:
+                try:
+                    event = json.loads(line[5:])
+                except ValueError:
+                    continue
+                usage = event.get("usage") if isinstance(event, dict) else None
+                if isinstance(usage, dict):
+                    return usage
+        return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and value >= 0 else None
