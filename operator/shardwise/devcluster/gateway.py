@@ -2,20 +2,21 @@
 gateway serve` beside it, as the chart runs them in one pod. Used by the e2e tests and `make demo`.
 
 `FrontDoor(...).start()` returns once Envoy's admin says LIVE and the gateway's /readyz is 200
-(its informers synced); `base_url` is what an OpenAI client points at.
+(its informers synced); `base_url` is what an OpenAI client points at. The Envoy bootstrap comes
+from `shardwise gateway envoy-config`, as the chart gets it, so this harness and the product stay
+two separate layers.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import pathlib
+import subprocess
 import sys
 import urllib.error
 import urllib.request
 
 from shardwise.devcluster.processes import Process, free_port, wait_until
-from shardwise.gateway import envoy
 
 
 def envoy_binary() -> pathlib.Path:
@@ -43,16 +44,16 @@ class FrontDoor:
 
     def __init__(self, kubeconfig: pathlib.Path, log_dir: pathlib.Path, *, name: str = "gateway",
                  namespaces: tuple[str, ...] = (), extra_args: tuple[str, ...] = (),
-                 settings: dict[str, object] | None = None, envoy_concurrency: int = 2) -> None:
+                 body_limit_bytes: int = 4 * 1024 * 1024, hold_timeout_s: float = 600.0,
+                 envoy_concurrency: int = 2) -> None:
         self.name, self.log_dir = name, log_dir
         self.port, self.admin_port = free_port(), free_port()
         self.grpc_port, self.http_port = free_port(), free_port()
         self.config_path = log_dir / f"{name}-envoy.json"
-        self.settings = envoy.EnvoySettings(listen_port=self.port, admin_port=self.admin_port,
-                                            extproc_port=self.grpc_port, **(settings or {}))  # type: ignore[arg-type]
+        self.body_limit_bytes, self.hold_timeout_s = body_limit_bytes, hold_timeout_s
         argv = [sys.executable, "-m", "shardwise.cli", "gateway", "serve", "--grpc-port", str(self.grpc_port),
                 "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
-                "--hold-timeout", str(self.settings.hold_timeout_s),
+                "--hold-timeout", str(hold_timeout_s),
                 *[a for ns in namespaces for a in ("--namespace", ns)], *extra_args]
         self.gateway = Process(f"{name}-service", argv, log_dir / f"{name}-service.log",
                                env={"KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"})
@@ -71,7 +72,12 @@ class FrontDoor:
 
     def start(self, timeout: float = 60.0) -> "FrontDoor":
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(json.dumps(envoy.bootstrap(self.settings), indent=1))
+        config = subprocess.run(
+            [sys.executable, "-m", "shardwise.cli", "gateway", "envoy-config", "--listen-host", "127.0.0.1",
+             "--listen-port", str(self.port), "--admin-port", str(self.admin_port),
+             "--extproc-port", str(self.grpc_port), "--body-limit-bytes", str(self.body_limit_bytes),
+             "--hold-timeout", str(self.hold_timeout_s)], capture_output=True, text=True, check=True, timeout=60)
+        self.config_path.write_text(config.stdout)
         self.gateway.start()
         self.envoy.start()
         wait_until(lambda: _status(f"http://127.0.0.1:{self.admin_port}/ready") == 200, timeout=timeout,
