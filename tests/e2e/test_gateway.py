@@ -255,4 +255,4 @@ def test_an_engine_that_dies_mid_stream_ends_the_stream(front: Setup) -> None:
             for index, _ in enumerate(response.iter_lines()):
                 if index == 2:
                     front.kubectl.run("delete", "pod", pod["metadata"]["name"], "--grace-period=0", "--force")
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 15  # ended by the reset, not by the 30 s read timeout

@@ -39,6 +39,8 @@ def register(subparsers: Any) -> None:
     config.add_argument("--extproc-port", type=int, default=9002)
     config.add_argument("--body-limit-bytes", type=int, default=envoy.EnvoySettings.body_limit_bytes)
     config.add_argument("--hold-timeout", type=float, default=holding.DEFAULT_TIMEOUT_S)
+    config.add_argument("--no-observe", action="store_true",
+                        help="leave out the observability filter (no per-model latency or token metrics)")
     config.set_defaults(handler=_envoy_config)
 
 
@@ -63,6 +65,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _envoy_config(args: argparse.Namespace) -> int:
     settings = envoy.EnvoySettings(listen_host=args.listen_host, listen_port=args.listen_port,
                                    admin_port=args.admin_port, extproc_port=args.extproc_port,
-                                   body_limit_bytes=args.body_limit_bytes, hold_timeout_s=args.hold_timeout)
+                                   body_limit_bytes=args.body_limit_bytes, hold_timeout_s=args.hold_timeout,
+                                   observe=not args.no_observe)
     print(json.dumps(envoy.bootstrap(settings), indent=2))
     return 0
