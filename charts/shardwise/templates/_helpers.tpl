@@ -94,3 +94,12 @@ runAsGroup: 65532
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{- define "shardwise.gateway.fullname" -}}
+{{- printf "%s-gateway" (include "shardwise.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "shardwise.gateway.selectorLabels" -}}
+{{ include "shardwise.selectorLabels" . }}
+app.kubernetes.io/component: gateway
+{{- end -}}

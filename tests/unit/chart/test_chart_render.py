@@ -36,7 +36,8 @@ def test_packaged_crd_is_byte_identical_to_crds_folder() -> None:
     assert (CHART / "files" / CRD_NAME).read_bytes() == (ROOT / "crds" / CRD_NAME).read_bytes()
 
 
-@pytest.mark.parametrize("sets", [(), ("labeler.enabled=true", "operator.watchNamespaces={a,b}")])
+@pytest.mark.parametrize("sets", [(), ("labeler.enabled=true", "operator.watchNamespaces={a,b}"),
+                                  ("gateway.enabled=true", "gateway.replicas=3")])
 def test_lint_is_clean(helm: pathlib.Path, sets: tuple[str, ...]) -> None:
     args = [a for s in sets for a in ("--set", s)]
     result = run_helm(helm, "lint", "--strict", str(CHART), *args)
@@ -194,3 +195,63 @@ def test_schema_rejects_bad_values(helm: pathlib.Path, bad: str) -> None:
     result = run_helm(helm, "template", "rel", str(CHART), "--set", bad)
     assert result.returncode != 0
     assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+
+
+# -- the gateway ---------------------------------------------------------------------------------
+
+def test_the_gateway_is_off_by_default_and_one_value_turns_it_on(render: Render) -> None:
+    assert not [o for o in render() if "gateway" in o["metadata"]["name"]]
+    objects = render("gateway.enabled=true")
+    deployment = find(objects, "Deployment", "rel-shardwise-gateway")
+    pod = deployment["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["envoy", "gateway"]
+    assert pod["containers"][0]["image"] == "envoyproxy/envoy:v1.40.0"  # the official image
+    assert pod["containers"][1]["command"] == ["shardwise", "gateway", "serve"]
+    assert "--grpc-host=127.0.0.1" in pod["containers"][1]["args"]  # ext_proc never leaves the pod
+    service = find(objects, "Service", "rel-shardwise-gateway")
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {"http": "http", "metrics": "metrics"}
+    assert find(objects, "PodDisruptionBudget", "rel-shardwise-gateway")["spec"]["minAvailable"] == 1
+    assert not [o for o in render("gateway.enabled=true", "gateway.replicas=1") if o["kind"] == "PodDisruptionBudget"
+                and "gateway" in o["metadata"]["name"]]
+
+
+def test_the_gateway_may_read_models_and_pods_and_only_patch_a_model(render: Render) -> None:
+    rules = rules_of(render("gateway.enabled=true"), "ClusterRole", "rel-shardwise-gateway")
+    assert rules == {("shardwise.io", "inferencedeployments"): {"get", "list", "watch", "patch"},
+                     ("", "pods"): {"get", "list", "watch"}}
+
+
+def test_the_charts_envoy_config_command_is_one_the_gateway_cli_accepts(render: Render, tmp_path: pathlib.Path) -> None:
+    import json
+    import shlex
+    import subprocess
+    import sys
+
+    pod = find(render("gateway.enabled=true", "gateway.port=8443", "gateway.hold.timeoutSeconds=900"),
+               "Deployment", "rel-shardwise-gateway")["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    line = init["args"][0]
+    command, _, target = line.partition(">")
+    assert target.strip() == "/etc/envoy/envoy.json"
+    argv = shlex.split(command)
+    assert argv[:3] == ["shardwise", "gateway", "envoy-config"]
+    result = subprocess.run([sys.executable, "-m", "shardwise.cli", *argv[1:]], capture_output=True, text=True,
+                            check=True)
+    bootstrap = json.loads(result.stdout)
+    listener = bootstrap["static_resources"]["listeners"][0]["address"]["socket_address"]
+    assert (listener["address"], listener["port_value"]) == ("0.0.0.0", 8443)
+    envoy = pod["containers"][0]
+    assert envoy["ports"][0]["containerPort"] == 8443 and "/etc/envoy/envoy.json" in envoy["args"]
+
+
+def test_engine_pods_take_traffic_only_from_the_gateway_and_the_operator(render: Render) -> None:
+    objects = render("gateway.enabled=true", "operator.watchNamespaces={ml,team-a}")
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    assert sorted(p["metadata"]["namespace"] for p in policies) == ["ml", "team-a"]
+    sources = policies[0]["spec"]["ingress"][0]["from"]
+    components = next(e for e in sources[0]["podSelector"]["matchExpressions"]
+                      if e["key"] == "app.kubernetes.io/component")
+    assert sorted(components["values"]) == ["gateway", "operator"]
+    assert policies[0]["spec"]["podSelector"]["matchExpressions"][0]["key"] == "shardwise.io/inference-deployment"
+    assert not [o for o in render("gateway.enabled=true", "gateway.networkPolicy.enabled=false")
+                if o["kind"] == "NetworkPolicy"]
