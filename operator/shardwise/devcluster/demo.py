@@ -20,6 +20,7 @@ import time
 import yaml
 
 from shardwise.devcluster.cluster import LocalCluster
+from shardwise.devcluster.gateway import FrontDoor
 from shardwise.devcluster.processes import Process, free_port
 from shardwise_runtime.sim.real import LOCAL_VLLM_CPU_IMAGE
 
@@ -39,17 +40,22 @@ def _load_profile(doc: dict) -> list[tuple[float, float]]:
     """
     if (doc["spec"].get("serving") or {}).get("image") == LOCAL_VLLM_CPU_IMAGE:
         return [(1, 1800)]
+    if (doc["spec"].get("autoscaling") or {}).get("minReplicas") == 0:
+        # Visits with idle gaps longer than scaleToZeroAfterSeconds: it goes to zero between
+        # them and each visit's first request wakes it through the gateway.
+        return [(1, 30), (0, 180)] * 10
     if doc["spec"].get("autoscaling"):
         return [(3, 60), (20, 180), (3, 1800)]
     return [(3, 1800)]
 
 
-def _start_load(cluster: LocalCluster, doc: dict, log_dir: pathlib.Path) -> Process:
+def _start_load(cluster: LocalCluster, doc: dict, log_dir: pathlib.Path, base_url: str) -> Process:
+    """The example's traffic, through the gateway: one base URL, the model picked by name."""
     name = doc["metadata"]["name"]
     served = doc["spec"]["model"].get("servedName") or name
     phases = " ; ".join(
-        f"{sys.executable} -m shardwise_runtime.sim.server load --deployment {name} "
-        f"--kubeconfig {cluster.user_kubeconfig('shardwise-sim')} --namespace {doc['metadata'].get('namespace', 'default')} "
+        f"sleep {seconds}" if rps == 0 else
+        f"{sys.executable} -m shardwise_runtime.sim.server load --base-url {base_url} "
         f"--model {served} --rps {rps} --duration {seconds} --max-tokens 32 >/dev/null"
         for rps, seconds in _load_profile(doc))
     process = Process(f"load-{name}", ["bash", "-c", phases], log_dir / f"load-{name}.log")
@@ -142,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         for process in (operator, fleet):
             process.start()
             cluster.processes.append(process)
+        gateway = FrontDoor(cluster.kubeconfig, logs, name="gateway")
+        cluster.processes += [gateway.gateway, gateway.envoy]
+        gateway.start()
 
         docs = [yaml.safe_load(p.read_text()) for p in sorted(args.examples.glob("*.yaml"))]
         for doc in docs:
@@ -154,9 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
         cluster.kubectl("apply", "-f", str(CACHE_EXAMPLE))
         for doc in docs:
-            cluster.processes.append(_start_load(cluster, doc, logs))
+            cluster.processes.append(_start_load(cluster, doc, logs, gateway.base_url))
 
-        print(f"\nKUBECONFIG={cluster.kubeconfig}   (use it from another terminal: kubectl get infd -A)")
+        print(f"\nOPENAI_BASE_URL={gateway.base_url}   (one endpoint for every model: "
+              f"{', '.join(d['spec']['model'].get('servedName') or d['metadata']['name'] for d in docs)})")
+        print(f"KUBECONFIG={cluster.kubeconfig}   (use it from another terminal: kubectl get infd -A)")
         print(f"logs: {logs}\n", flush=True)
         while not stop:
             elapsed = time.monotonic() - started
