@@ -47,7 +47,10 @@ class Dispatcher:
     def set_table(self, table: routes.Table) -> None:
         """A new table: release the held requests of every model that now has an endpoint."""
         for gone in set(self.table.routes) - set(table.routes):
-            metrics.ENDPOINTS.remove(gone)
+            try:
+                metrics.ENDPOINTS.remove(gone)
+            except KeyError:  # never set (a table built before this process started counting)
+                pass
         self.table = table
         for route in table.models():
             metrics.ENDPOINTS.labels(route.model).set(len(route.endpoints))
