@@ -345,6 +345,10 @@ class AutoscalingSpec(_Model):
     allowScaleToZero: bool = Field(
         False, description="Allow minReplicas 0; the first request after idling waits for a cold start (minutes)."
     )
+    scaleToZeroAfterSeconds: int = Field(
+        300, ge=0, le=86400,
+        description="With minReplicas 0: how long a deployment must see no request before it goes to zero.",
+    )
     tolerance: float = Field(0.1, ge=0.0, le=0.9, description="No scaling while every SLO ratio is within 1 +/- tolerance.")
     evaluationPeriodSeconds: int = Field(30, ge=1, le=3600, description="How often a scaling decision is made.")
     scaleUpStabilizationSeconds: int = Field(0, ge=0, le=3600, description="Window over which scale-up takes the lowest recommendation.")

@@ -48,12 +48,17 @@ import dataclasses
 import enum
 import math
 
+from shardwise.autoscale import forecast as forecast_mod
 from shardwise.autoscale import history as history_mod
+from shardwise.autoscale import learned as learned_mod
+from shardwise.autoscale import memory
 from shardwise.autoscale import observation as observation_mod
 from shardwise.autoscale import policy as policy_mod
 from shardwise.autoscale import signals
 
 HEADROOM = "headroom"
+FORECAST = "forecast"
+BURST = "burst"
 
 # Evaluations run on a timer that drifts and may miss a beat; more than this between two of them
 # means the autoscaler was not watching.
@@ -89,6 +94,9 @@ class Decision:
     history_window_s: float = 0.0
     starting: bool = False
     waiting: float = 0.0
+    learned: learned_mod.Learned | None = None
+    # The expected time from a request at zero replicas to a ready one (minReplicas 0 only).
+    wake_s: float | None = None
 
     @property
     def direction(self) -> Direction:
@@ -118,6 +126,24 @@ class _Proposal:
     recommendation: int
     cause: str
     pressure: str | None = None
+    # Past the idle time with no traffic at all: zero needs no window and no steps.
+    final: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class _Demand:
+    """This evaluation's view of demand: the arrival rate, the forecast and the learned sizes."""
+
+    rate: float  # requests/s arriving: served plus the queue's growth
+    burst: bool  # the rate is beyond the outlier fence of the forecast made for it
+    base: float  # the rate the forecast expected (what a burst falls back to)
+    ahead: float  # the rate expected one start time and one period ahead
+    peak: float  # the highest rate expected until a scale-down could be decided again
+    noise: float  # how far one period's rate may stray above the forecast and not be a burst
+    horizon_s: float
+    safe_rps: float | None  # per replica, where the SLO holds
+    breaking_known: bool
+    throughput_rps: float | None  # per replica, flat out (measured while a queue stood)
 
 
 def decide(
@@ -130,11 +156,15 @@ def decide(
     observation = observation_mod.sanitized(observation)
     current = observation.current_replicas
     max_gap_s = _MAX_GAP_PERIODS * policy.evaluation_period_s
-    proposal = _propose(policy, observation, history, now, max_gap_s)
+    learned, demand = _learn(policy, observation, history, now, max_gap_s)
+    proposal = _propose(policy, observation, history, now, max_gap_s, demand, learned)
     notes: list[str] = []
 
-    desired = _stabilize(policy, history, now, current, proposal.recommendation, max_gap_s, notes)
-    desired = _limit_step(policy, current, desired, notes)
+    if proposal.final:
+        desired = proposal.recommendation
+    else:
+        desired = _stabilize(policy, history, now, current, proposal.recommendation, max_gap_s, notes)
+        desired = _limit_step(policy, current, desired, notes)
     desired = _clamp(policy, desired, notes)
     capacity = observation.capacity_replicas
     capacity_limited = capacity is not None and desired > capacity
@@ -157,7 +187,74 @@ def decide(
                           + max_gap_s),
         starting=observation.replicas_starting > 0 or desired > current,
         waiting=observation.waiting,
+        learned=learned,
+        wake_s=(_startup_s(policy, observation, history, learned, now)
+                if policy.min_replicas == 0 else None),
     )
+
+
+def _startup_s(policy: policy_mod.Policy, obs: observation_mod.Observation,
+               history: history_mod.History, learned: learned_mod.Learned, now: float) -> float:
+    """How long a replica added now takes to serve: measured here, else the model cache's figure,
+    else two periods (the least a scale-up takes to show in the metrics)."""
+    measured = learned.startup_s or history.last_startup_s(now)
+    return measured or obs.expected_startup_s or _DRAIN_PERIODS * policy.evaluation_period_s
+
+
+def _learn(
+    policy: policy_mod.Policy,
+    obs: observation_mod.Observation,
+    history: history_mod.History,
+    now: float,
+    max_gap_s: float,
+) -> tuple[learned_mod.Learned, _Demand]:
+    """Fold this evaluation into what is learned: start time, forecast, a capacity sample, idle."""
+    learned = history.learned
+    previous = history.latest(now, max_gap_s)
+    if previous is not None and previous.starting and obs.replicas_starting == 0 and obs.current_replicas:
+        began = previous.at
+        for r in reversed([r for r in history.records if r.at < previous.at]):
+            if not r.starting:
+                break
+            began = r.at
+        learned = learned.with_startup(now - began)
+    startup_s = _startup_s(policy, obs, history, learned, now)
+    dt = now - previous.at if previous is not None and now > previous.at else policy.evaluation_period_s
+    growth = (obs.waiting - previous.waiting) / dt if previous is not None else 0.0
+    served = obs.requests_per_second if obs.current_replicas else 0.0
+    rate = max(0.0, served + growth)
+    before = learned.forecast
+    if before is not None and now - before.at > memory.HEARTBEAT_S + max_gap_s:
+        before = None  # a forecast from before a long outage says nothing about now
+    base = before.predict(before.at, dt) if before is not None else rate
+    fc = forecast_mod.update(before, rate, now, startup_s=startup_s)
+    burst = fc.in_burst
+    learned = dataclasses.replace(learned, forecast=fc)
+    if obs.waiting > 0 and previous is not None and previous.waiting > 0 and obs.replicas_ready:
+        # A queue at both ends of the window: every ready replica served flat out.
+        learned = learned.with_throughput(served / obs.replicas_ready)
+
+    latency = signals.latency_signals(policy.slo, obs)
+    settled = (obs.replicas_starting == 0 and (previous is None or not previous.starting)
+               and obs.current_replicas > 0 and obs.replicas_ready == obs.current_replicas)
+    quiet_queue = obs.waiting == 0 and (previous is None or previous.waiting == 0)
+    if settled and quiet_queue and latency and served > 0 and not burst and not obs.rollout_in_progress:
+        met = all(s.ratio <= 1 for s in latency)
+        learned = learned.with_sample(learned_mod.Sample(served / obs.replicas_ready, met))
+    if obs.has_traffic:
+        learned = dataclasses.replace(learned, idle_since=None)
+    elif learned.idle_since is None:
+        learned = dataclasses.replace(learned, idle_since=now)
+
+    horizon_s = startup_s + policy.evaluation_period_s
+    # A replica removed now should not be wanted back before a scale-down could be decided again.
+    down_horizon_s = horizon_s + policy.scale_down_stabilization_s
+    demand = _Demand(rate=rate, burst=burst, base=base, ahead=fc.predict(now, horizon_s),
+                     peak=fc.peak(now, down_horizon_s, policy.evaluation_period_s), horizon_s=horizon_s,
+                     noise=fc.fence(policy.evaluation_period_s),
+                     safe_rps=learned.safe_rps, breaking_known=learned.breaking_known,
+                     throughput_rps=learned.throughput_rps)
+    return learned, demand
 
 
 def _propose(
@@ -166,6 +263,8 @@ def _propose(
     history: history_mod.History,
     now: float,
     max_gap_s: float,
+    demand: _Demand,
+    learned: learned_mod.Learned,
 ) -> _Proposal:
     current = obs.current_replicas
     latency = signals.latency_signals(policy.slo, obs)
@@ -202,27 +301,116 @@ def _propose(
                                    f"req/s, {obs.waiting:g} waiting): cold start")
         return _Proposal(0, "scaled to zero, no traffic")
     draining = _drain_s(obs, previous, now)
-    startup_s = history.last_startup_s(now) or obs.expected_startup_s or 0.0
+    startup_s = demand.horizon_s - policy.evaluation_period_s
     horizon_s = max(startup_s, _DRAIN_PERIODS * policy.evaluation_period_s)
     if driver is not None and draining is not None and draining <= horizon_s:
         # The latency percentiles still hold requests that queued in the surge.
         queue = ("the queue just emptied" if obs.waiting == 0 else
                  f"the queue of {obs.waiting:.0f} is draining and clears in about {draining:.0f} s")
         return _Proposal(current, f"{driver.compare('>')} but {queue}", driver.key)
+    ahead = _replicas_ahead(policy, current, demand)
+    # A burst's latency says nothing about the load after it: it recommends what came before.
+    before_burst = min(current, previous.recommendation) if previous is not None else current
     if driver is not None:
+        absorbed = _absorbed_s(obs, demand, horizon_s)
+        if absorbed is not None:
+            return _Proposal(before_burst, f"{driver.compare('>')} in a burst: {absorbed}, before a "
+                                           f"replica could start ({startup_s:.0f} s)", BURST)
         cause = f"{driver.compare('>')} {periods(driver.key)}"
-        return _Proposal(_replicas_up_to(current * driver.ratio, policy.max_replicas), cause,
-                         driver.key)
+        carried = _carried(policy, obs, demand, current)
+        if (driver.key != signals.QUEUE and carried is not None
+                and history.consecutive(driver.key, now, max_gap_s) == 0):
+            return _Proposal(current, f"{driver.compare('>')} for 1 period at {carried}: noise, "
+                                      "not demand; a second period scales", driver.key)
+        wanted = _replicas_up_to(current * driver.ratio, policy.max_replicas)
+        if demand.breaking_known and demand.safe_rps:
+            # Latency grows faster than load near saturation, so its ratio overshoots: once the
+            # load where the SLO holds is known, size for the demand and the queue (drained
+            # within one start) instead, and never by less than one replica.
+            needed = (max(demand.rate, demand.ahead) + obs.waiting / horizon_s) / demand.safe_rps
+            wanted = min(wanted, max(current + 1, _replicas_up_to(needed, policy.max_replicas, 1e-9)))
+        if ahead is not None and ahead > wanted:
+            return _Proposal(ahead, f"{cause}; {_ahead_words(demand, ahead)}", driver.key)
+        return _Proposal(wanted, cause, driver.key)
+    if ahead is not None and ahead > current:
+        return _Proposal(ahead, _ahead_words(demand, ahead).capitalize(), FORECAST)
+    if demand.burst:
+        return _Proposal(before_burst, f"a burst of {demand.rate:.3g} req/s against "
+                                       f"{demand.base:.3g} expected, within the SLO", BURST)
     if not obs.has_traffic and worst is None:
-        if current <= policy.min_replicas:
-            return _Proposal(current, f"no traffic; at minReplicas {policy.min_replicas}")
-        return _Proposal(policy.min_replicas, f"no traffic {periods(HEADROOM)}: towards "
-                                              f"minReplicas {policy.min_replicas}", HEADROOM)
+        return _propose_idle(policy, current, learned, now, periods(HEADROOM))
     if worst is None:
         return _Proposal(current, "traffic but no latency samples yet")
     if worst.ratio < 1 - policy.tolerance:
-        return _propose_down(policy, obs, latency, periods(HEADROOM))
+        return _propose_down(policy, obs, latency, periods(HEADROOM), demand)
     return _Proposal(current, f"{worst.compare('within')} ±{policy.tolerance:.0%}")
+
+
+def _replicas_ahead(policy: policy_mod.Policy, current: int, demand: _Demand) -> int | None:
+    """Replicas the forecast rate needs at the learned safe load; None until the SLO has broken
+    once (above the highest load served, capacity is not known) or when nothing is forecast."""
+    if not demand.breaking_known or not demand.safe_rps or demand.ahead <= 0:
+        return None
+    return _replicas_up_to(demand.ahead / demand.safe_rps, policy.max_replicas, slack=1e-9)
+
+
+def _carried(policy: policy_mod.Policy, obs: observation_mod.Observation, demand: _Demand,
+             current: int) -> str | None:
+    """In words, when the demand now and one start ahead fits the ready replicas at the load where
+    the SLO held and nothing queues: a latency breach then is the engines' noise, not load."""
+    if not demand.breaking_known or not demand.safe_rps or obs.waiting > 0 or demand.burst:
+        return None
+    if obs.replicas_ready < current or max(demand.rate, demand.ahead) > current * demand.safe_rps:
+        return None
+    return (f"{max(demand.rate, demand.ahead):.3g} req/s, which {current} replicas carry at "
+            f"{demand.safe_rps:.3g} req/s each")
+
+
+def _ahead_words(demand: _Demand, replicas: int) -> str:
+    assert demand.safe_rps is not None
+    return (f"forecast {demand.ahead:.3g} req/s in {demand.horizon_s:.0f} s needs {replicas} replicas "
+            f"at the {demand.safe_rps:.3g} req/s per replica where the SLO held")
+
+
+def _absorbed_s(obs: observation_mod.Observation, demand: _Demand, horizon_s: float) -> str | None:
+    """How a burst clears before a replica could start, in words; None when it would not.
+
+    A burst is a rate beyond the forecast's outlier fence. If arrivals fall back to what the
+    forecast expected, the queue drains at what the ready replicas serve flat out (measured while
+    a queue stood; else the safe load, which is lower) minus that: done within the start time, a
+    replica added now would arrive after the burst it was added for.
+    """
+    per_replica = demand.throughput_rps or (demand.safe_rps if demand.breaking_known else None)
+    if not demand.burst or not per_replica:
+        return None
+    drain_rate = obs.replicas_ready * per_replica - demand.base
+    if drain_rate <= 0:
+        return None
+    seconds = obs.waiting / drain_rate
+    if seconds > horizon_s:
+        return None
+    if obs.waiting == 0:
+        return "nothing is queued"
+    return f"the queue of {obs.waiting:.0f} clears in about {seconds:.0f} s"
+
+
+def _propose_idle(policy: policy_mod.Policy, current: int, learned: learned_mod.Learned, now: float,
+                  periods: str) -> _Proposal:
+    """No traffic: towards minReplicas; to zero (when allowed) only after the idle time."""
+    idle_s = now - learned.idle_since if learned.idle_since is not None else 0.0
+    if policy.min_replicas == 0:
+        if idle_s >= policy.scale_to_zero_after_s:
+            return _Proposal(0, f"no traffic for {idle_s:.0f} s (scaleToZeroAfterSeconds "
+                                f"{policy.scale_to_zero_after_s:g}): to zero", HEADROOM, final=True)
+        if current <= 1:
+            return _Proposal(current, f"no traffic for {idle_s:.0f} s; to zero after "
+                                      f"{policy.scale_to_zero_after_s:g} s")
+        return _Proposal(1, f"no traffic {periods}: towards 1, zero after "
+                            f"{policy.scale_to_zero_after_s:g} s idle", HEADROOM)
+    if current <= policy.min_replicas:
+        return _Proposal(current, f"no traffic; at minReplicas {policy.min_replicas}")
+    return _Proposal(policy.min_replicas, f"no traffic {periods}: towards "
+                                          f"minReplicas {policy.min_replicas}", HEADROOM)
 
 
 def _drain_s(
@@ -251,8 +439,12 @@ def _propose_down(
     obs: observation_mod.Observation,
     latency: list[signals.Signal],
     periods: str,
+    demand: _Demand,
 ) -> _Proposal:
-    """Fewest replicas at which every signal stays at the target utilisation."""
+    """Fewest replicas at which every signal stays at the target utilisation and, once learned,
+    the highest rate forecast until a replica could come back, plus the noise the forecast calls
+    normal (its burst fence), fits at the load where the SLO held: noise at the new count must
+    not scale straight back up, and what is beyond the fence is a burst the queue absorbs."""
     current = obs.current_replicas
     kv = obs.kv_cache_usage or 0.0
     target = policy.target_utilization
@@ -260,6 +452,14 @@ def _propose_down(
     # Infinite when an idle replica's latency already exceeds the target utilisation of its SLO:
     # no count is low enough, so the count holds.
     projected = min(current, max(1, _replicas_up_to(needed, current, slack=1e-9)))
+    if demand.breaking_known and demand.safe_rps and projected < current:
+        by_demand = _replicas_up_to(demand.peak / (demand.safe_rps * (1 - policy.tolerance)), current,
+                                    slack=1e-9)
+        if by_demand >= current:
+            return _Proposal(current, f"below SLO ({worst_share(latency)}) but the forecast peak "
+                                      f"{demand.peak:.3g} req/s needs {current} replicas at "
+                                      f"{demand.safe_rps:.3g} req/s each")
+        projected = max(projected, by_demand)
     worst = max(latency, key=lambda s: s.ratio)
     measured = worst.share() + (f", KV cache {kv:.0%}" if obs.kv_cache_usage is not None else "")
 
@@ -273,6 +473,10 @@ def _propose_down(
                                   f"exceeds target {target:.0%}")
     return _Proposal(projected, f"headroom {periods} ({measured}): projected utilisation "
                                 f"{utilisation_at(projected):.0%} at {projected} replicas", HEADROOM)
+
+
+def worst_share(latency: list[signals.Signal]) -> str:
+    return max(latency, key=lambda s: s.ratio).share()
 
 
 def _stabilize(

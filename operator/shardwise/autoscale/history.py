@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
+from shardwise.autoscale import learned as learned_mod
+
 
 class Recordable(Protocol):
     """What History keeps of a decision (Decision satisfies it)."""
@@ -54,16 +56,22 @@ class Record:
 
 @dataclasses.dataclass(frozen=True)
 class History:
-    """Records in time order, oldest first."""
+    """Records in time order, oldest first, and what was learned about the deployment.
+
+    `learned` (capacity samples, start time, forecast, idle time) is carried by each Decision and
+    taken over by `record`: decide() computes it, History keeps it, nothing else changes it.
+    """
 
     records: tuple[Record, ...] = ()
+    learned: learned_mod.Learned = learned_mod.Learned()
 
     def record(self, decision: Recordable, now: float) -> History:
         """A new History with `decision` appended and records the next decisions cannot use dropped."""
         entry = Record(now, decision.recommendation, decision.desired_replicas, decision.pressure,
                        decision.starting, decision.waiting)
         oldest = now - decision.history_window_s
-        return History(tuple(r for r in self.records if r.at >= oldest) + (entry,))
+        learned = getattr(decision, "learned", None) or self.learned
+        return History(tuple(r for r in self.records if r.at >= oldest) + (entry,), learned)
 
     def since(self, start: float, now: float) -> tuple[Record, ...]:
         """Records taken in [start, now]."""

@@ -21,6 +21,9 @@ DEFAULT_MAX_SCALE_UP_STEP = 4
 DEFAULT_MAX_SCALE_DOWN_STEP = 1
 DEFAULT_TARGET_UTILIZATION = 0.7
 DEFAULT_MAX_WAITING_PER_REPLICA = 8.0
+# Idle time before a deployment allowed to reach zero does so: KEDA's default cooldownPeriod, and
+# the same as the default scale-down window, so one idle stretch is judged the same either way.
+DEFAULT_SCALE_TO_ZERO_AFTER_S = 300.0
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
 _DURATION_WHOLE = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ms|s|m|h))+")
@@ -74,6 +77,7 @@ class Policy:
     target_utilization: float = DEFAULT_TARGET_UTILIZATION
     max_waiting_per_replica: float = DEFAULT_MAX_WAITING_PER_REPLICA
     allow_scale_to_zero: bool = False
+    scale_to_zero_after_s: float = DEFAULT_SCALE_TO_ZERO_AFTER_S
 
     def __post_init__(self) -> None:
         # Checked here as well as in policy_from_spec so that a Policy built in code (tests, the
@@ -139,6 +143,9 @@ def policy_from_spec(autoscaling: Mapping[str, Any]) -> Policy:
             autoscaling, "maxWaitingPerReplica", DEFAULT_MAX_WAITING_PER_REPLICA
         ),
         "allow_scale_to_zero": _boolean(autoscaling, "allowScaleToZero", False),
+        "scale_to_zero_after_s": _number(
+            autoscaling, "scaleToZeroAfterSeconds", DEFAULT_SCALE_TO_ZERO_AFTER_S
+        ),
     }
     return Policy(**policy_fields)
 
@@ -167,6 +174,10 @@ def _check_policy(policy: Policy) -> None:
                          ("scaleDownStabilizationSeconds", policy.scale_down_stabilization_s)):
         if seconds < 0:
             raise PolicyError(f"autoscaling.{key}: must be >= 0, got {seconds:g}")
+    if policy.scale_to_zero_after_s < 0:
+        raise PolicyError(
+            f"autoscaling.scaleToZeroAfterSeconds: must be >= 0, got {policy.scale_to_zero_after_s:g}"
+        )
     if not policy.evaluation_period_s > 0:
         raise PolicyError(
             f"autoscaling.evaluationPeriodSeconds: must be > 0, got {policy.evaluation_period_s}"

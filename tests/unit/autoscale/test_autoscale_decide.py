@@ -7,9 +7,14 @@ import dataclasses
 import pytest
 
 from shardwise.autoscale import Decision, Direction, History, Observation, Policy, Record, decide
+from shardwise.autoscale import forecast
+from shardwise.autoscale.learned import Learned, Sample
 from shardwise.autoscale.policy import SloTargets, StepLimit
 
 NOW = 10_000.0
+# The SLO held at 4 and 8 req/s per replica and broke at 10.
+LEARNED_BINS = Learned().with_sample(Sample(4.0, True)).with_sample(Sample(8.0, True)).with_sample(
+    Sample(10.0, False)).bins
 POLICY = Policy(min_replicas=1, max_replicas=8, slo=SloTargets(ttft_p95_ms=500.0, itl_p95_ms=50.0))
 
 
@@ -106,9 +111,34 @@ CASES = [
          "scale-down window 300 s keeps 3", history=watched(3)),
     Case("no traffic at minReplicas holds", obs(1, requests_per_second=0.0, running=0.0), 1,
          "no traffic; at minReplicas 1"),
-    Case("scale to zero with opt-in", obs(1, requests_per_second=0.0, running=0.0), 0,
-         "towards minReplicas 0", history=watched(0),
+    Case("scale to zero with opt-in, after the idle time", obs(1, requests_per_second=0.0, running=0.0), 0,
+         "no traffic for 300 s (scaleToZeroAfterSeconds 300): to zero",
+         history=dataclasses.replace(watched(1), learned=Learned(idle_since=NOW - 300.0)),
          policy=policy(min_replicas=0, allow_scale_to_zero=True)),
+    Case("idle but not for long enough stays", obs(1, requests_per_second=0.0, running=0.0), 1,
+         "no traffic for 120 s; to zero after 300 s",
+         history=dataclasses.replace(watched(0), learned=Learned(idle_since=NOW - 120.0)),
+         policy=policy(min_replicas=0, allow_scale_to_zero=True)),
+    Case("idle from many replicas goes to one first", obs(3, requests_per_second=0.0, running=0.0), 2,
+         "towards 1, zero after 300 s idle", history=watched(1),
+         policy=policy(min_replicas=0, allow_scale_to_zero=True)),
+    Case("a burst the queue absorbs is not answered with replicas",
+         obs(2, ttft_p95_ms=2_000.0, waiting=40.0, requests_per_second=16.0), 2,
+         "in a burst: the queue of 40 clears in about 5 s, before a replica could start",
+         history=dataclasses.replace(watched(2), learned=Learned(
+             bins=LEARNED_BINS,
+             forecast=forecast.start(8.0, NOW - 30.0)))),
+    Case("a genuine step still scales at once", obs(2, ttft_p95_ms=2_000.0, waiting=1_000.0,
+                                                   requests_per_second=16.0), 6,
+         "queue 500.0 waiting per ready replica > limit 8 for 1 period",
+         history=dataclasses.replace(watched(2), learned=Learned(
+             bins=LEARNED_BINS,
+             forecast=forecast.start(8.0, NOW - 30.0)))),
+    Case("the forecast scales up one start time ahead",
+         obs(2, ttft_p95_ms=300.0, itl_p95_ms=30.0, requests_per_second=15.0), 3,
+         "Forecast", history=dataclasses.replace(watched(2), learned=Learned(
+             bins=LEARNED_BINS,
+             forecast=forecast.Forecast(level=14.0, trend=0.02, deviation=0.5, at=NOW - 30.0)))),
     Case("traffic at zero cold-starts", obs(0, requests_per_second=0.5), 1,
          "traffic while scaled to zero (0.5 req/s, 0 waiting): cold start",
          policy=policy(min_replicas=0, allow_scale_to_zero=True)),
@@ -205,12 +235,20 @@ def test_worked_example_of_the_docs() -> None:
         3, "replicas just became ready: one more period to measure them")
     busy = step(120.0, obs(3, ttft_p95_ms=430.0, itl_p95_ms=35.0, kv_cache_usage=0.55))
     assert busy.desired_replicas == 3 and "exceeds target 70%" in busy.reason
-    quiet = obs(3, ttft_p95_ms=150.0, itl_p95_ms=20.0, kv_cache_usage=0.25)
+    # The load falls by half (from 10 to 5 req/s); 5 per replica broke the SLO at t=0, 5/2 did not.
+    quiet = obs(3, ttft_p95_ms=150.0, itl_p95_ms=20.0, kv_cache_usage=0.25, requests_per_second=5.0)
+    # The forecast follows the fall over about one start time, so the first periods still ask
+    # for 3; then 2, and the count waits for the 300 s down window to hold only 2s.
     held = [step(150.0 + 30.0 * i, quiet) for i in range(10)]
-    assert {d.recommendation for d in held} == {2}
+    assert held[-1].recommendation == 2
     assert {d.desired_replicas for d in held} == {3}
     assert "scale-down window 300 s keeps 3" in held[-1].reason
-    assert step(450.0, quiet).direction is Direction.DOWN
+    last_three = max(150.0 + 30.0 * i for i, d in enumerate(held) if d.recommendation == 3)
+    at = 450.0
+    while (down := step(at, quiet)).direction is not Direction.DOWN:
+        at += 30.0
+    assert at - last_three >= POLICY.scale_down_stabilization_s
+    assert down.desired_replicas == 2
 
 
 def test_latency_floors_let_a_quiet_deployment_scale_down() -> None:
