@@ -1,0 +1,259 @@
+"""`make bench-gateway`: what a gateway adds in front of vLLM engines, side by side, in one run.
+
+The same simulated engines (bench/gateway_engines.py: 4 shardwise sim engines with flat TTFT and
+inter-token latency, one process of their own) and the same load (bench/gateway_load.py: N
+concurrent streaming chat completions from a client process of its own) go through each
+contender in turn (bench/gateway_contenders.py): direct to the engines (the baseline), Envoy
+alone (the floor), vLLM's Rust router, the LiteLLM proxy if it installs, and shardwise's gateway
+(Envoy + its ext_proc service, fed by a local API server). Each is warmed up first, then measured:
+
+- TTFT and the gap between content chunks, p50 and p99, and what each adds over the direct run
+  (the difference of the percentiles: gateway_figures.py says why);
+- errors (a contender failing more than 1 % of requests fails the bench), requests per second;
+- the contender's own CPU (utime + stime of all its processes, from /proc, before and after the
+  measured run) per 1,000 requests.
+
+A final direct run shows how far the machine drifted meanwhile: on a busy machine added
+latencies smaller than that drift are noise. Prints the machine first, a table, one JSON line per
+contender, then issue 20's targets for shardwise's gateway. Nothing is asserted beyond the error
+rate. This file is not named bench_*.py: `make bench` does not run it (it needs the `bench`
+extra, which `make bench-gateway` installs).
+
+    python bench/gateway.py [--requests 3000] [--concurrency 256] [--no-litellm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import platform
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import gateway_contenders as contenders  # noqa: E402
+import gateway_figures as figures  # noqa: E402
+
+MAX_ERROR_RATE = 0.01
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def describe_machine() -> str:
+    cpu_model = "unknown CPU"
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = 0.0
+    try:
+        for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = int(line.split()[1]) / 1024 / 1024
+    except OSError:
+        pass
+    load = os.getloadavg()
+    return (
+        f"machine: {contenders.cpu_count()} cores ({cpu_model}), {mem_gib:.1f} GiB memory, "
+        f"Linux {platform.release()}, Python {platform.python_version()}; "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start"
+    )
+
+
+def read_stats() -> dict[int, str]:
+    """pid -> /proc/<pid>/stat line, for every process readable now."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stats[int(entry)] = pathlib.Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue  # exited between listdir and read
+    return stats
+
+
+class Engines:
+    """The engines process: started once, shared by every contender."""
+
+    def __init__(self, count: int, ttft_ms: float, itl_ms: float, workdir: pathlib.Path) -> None:
+        self.log = workdir / "engines.log"
+        # Loopback IPs of their own, on port 8000 like pods (shardwise's gateway routes to pod
+        # IP:8000). The second octet is drawn above the local clusters' pod ranges (127.20-219.x)
+        # so a `make demo` or e2e run beside this one keeps its addresses.
+        octet = secrets.choice(range(220, 251))
+        hosts = ",".join(f"127.{octet}.0.{i + 1}" for i in range(count))
+        argv = [sys.executable, str(HERE / "gateway_engines.py"), "--hosts", hosts,
+                "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
+        with self.log.open("wb") as log:
+            self.popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+        assert self.popen.stdout is not None
+        line = self.popen.stdout.readline()  # blocks until they listen, or EOF if they died
+        if not line:
+            raise SystemExit(f"the engines did not start:\n{self.log.read_text()[-2000:]}")
+        self.addresses: list[str] = json.loads(line)["addresses"]
+
+    def stop(self) -> None:
+        self.popen.terminate()
+        try:
+            self.popen.wait(10)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+
+
+def run_load(contender: contenders.Contender, requests: int, args: argparse.Namespace,
+             out: pathlib.Path) -> dict:
+    argv = [sys.executable, str(HERE / "gateway_load.py"), "--requests", str(requests),
+            "--concurrency", str(args.concurrency), "--tokens", str(args.tokens),
+            "--time-limit", str(args.time_limit), "--out", str(out)]
+    for url in contender.base_urls:
+        argv += ["--base-url", url]
+    if contender.api_key:
+        argv += ["--api-key", contender.api_key]
+    try:
+        subprocess.run(argv, check=True, timeout=args.time_limit + 120)
+    except subprocess.TimeoutExpired as error:
+        # Each request has its own timeout; a client still running past that hung on a contender.
+        raise contenders.Unavailable(f"the load did not finish within {error.timeout:.0f} s") from error
+    return json.loads(out.read_text())
+
+
+def measure(contender: contenders.Contender, engines: Engines, args: argparse.Namespace,
+            workdir: pathlib.Path, baseline: tuple | None) -> figures.Figures:
+    """Start, warm up, measure and stop one contender."""
+    try:
+        contender.start(engines.addresses, workdir)
+        pids = contender.pids  # stop() forgets them
+        # Warm-up: connections opened, caches and JITs (LiteLLM's Python) warm, the same
+        # concurrency as the measured run.
+        run_load(contender, args.warmup, args, workdir / f"{contender.name}-warmup.json")
+        before = figures.tree_cpu_ticks(pids, read_stats())
+        result = run_load(contender, args.requests, args,
+                          workdir / f"{contender.name}.json")
+        after = figures.tree_cpu_ticks(pids, read_stats())
+        if not contender.alive():
+            raise contenders.Unavailable(f"{contender.name} died during the run")
+    finally:
+        contender.stop()
+    if not result["ttft_s"]:
+        raise contenders.Unavailable(
+            f"{contender.name}: no request succeeded ({result['errors']} errors: "
+            f"{result['error_examples'][:2]})")
+    cpu = None if not pids else figures.cpu_seconds_between(before, after, CLOCK_TICKS)
+    row = figures.figures_of(contender.name, ttft_s=result["ttft_s"], gaps_s=result["gaps_s"],
+                             errors=result["errors"], wall_s=result["wall_s"], cpu_s=cpu,
+                             baseline=baseline)
+    if result["error_examples"]:
+        print(f"  {contender.name} errors, e.g.: {result['error_examples'][:3]}")
+    return row
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=3000, help="measured requests per contender")
+    parser.add_argument("--concurrency", type=int, default=256, help="concurrent streams")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="warm-up requests per contender (default: 2 x concurrency)")
+    parser.add_argument("--tokens", type=int, default=64, help="output tokens (chunks) per request")
+    parser.add_argument("--engines", type=int, default=4)
+    parser.add_argument("--ttft-ms", type=float, default=20.0, help="the engines' TTFT")
+    parser.add_argument("--itl-ms", type=float, default=10.0, help="the engines' inter-token latency")
+    parser.add_argument("--time-limit", type=float, default=180.0,
+                        help="seconds per load run after which no request starts")
+    parser.add_argument("--envoy-concurrency", type=int, default=contenders.cpu_count(),
+                        help="Envoy worker threads (default: the cores, as Envoy's own default)")
+    parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy")
+    parser.add_argument("--litellm-install-timeout", type=float, default=600.0)
+    parser.add_argument("--litellm-start-timeout", type=float, default=180.0)
+    parser.add_argument("--only", nargs="+", default=None,
+                        help="run only these contenders (the direct baseline always runs)")
+    args = parser.parse_args(argv)
+    if args.warmup is None:
+        args.warmup = 2 * args.concurrency
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(describe_machine())
+    print(f"load: {args.requests} streaming chat completions per contender, {args.concurrency} "
+          f"concurrent, {args.tokens} tokens each, after {args.warmup} warm-up requests; "
+          f"{args.engines} simulated engines (TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms) "
+          f"in one process; client in another", flush=True)
+    field = contenders.all_contenders(
+        envoy_concurrency=args.envoy_concurrency, litellm=not args.no_litellm,
+        litellm_install_timeout_s=args.litellm_install_timeout,
+        litellm_start_timeout_s=args.litellm_start_timeout)
+    if args.only:
+        field = [c for c in field if c.role == "baseline" or c.name in args.only]
+    rows: list[figures.Figures] = []
+    roles: dict[str, str] = {}
+    skipped: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
+        workdir = pathlib.Path(tmp)
+        engines = Engines(args.engines, args.ttft_ms, args.itl_ms, workdir)
+        try:
+            baseline = None
+            for contender in [*field, contenders.Direct()]:
+                again = baseline is not None and contender.role == "baseline"
+                label = "direct (again)" if again else contender.name
+                print(f"== {label}", flush=True)
+                started = time.monotonic()
+                try:
+                    row = measure(contender, engines, args, workdir, baseline)
+                except contenders.Unavailable as why:
+                    print(f"  skipped: {why}")
+                    skipped.append(f"{contender.name}: {str(why).splitlines()[0]}")
+                    continue
+                if again:
+                    row = dataclasses.replace(row, name=label)
+                if baseline is None:
+                    baseline = (row.ttft, row.gap)
+                rows.append(row)
+                roles[row.name] = contender.role
+                print(f"  {row.requests} ok, {row.errors} errors, {row.requests_per_s:.0f} req/s, "
+                      f"{time.monotonic() - started:.0f} s", flush=True)
+        finally:
+            engines.stop()
+    print()
+    print("Milliseconds; + = added over direct (difference of percentiles); gap = between "
+          "content chunks; CPU = the contender's processes only")
+    print(figures.format_table(rows))
+    for row in rows:
+        print(json.dumps(row.as_json()))
+    for line in skipped:
+        print(f"not measured: {line}")
+    drift = [r for r in rows if r.name == "direct (again)"]
+    if drift:
+        print(f"baseline drift over the run (direct again - direct): TTFT p99 "
+              f"{drift[0].added_ttft.p99 * 1000:+.2f} ms, chunk gap p99 "
+              f"{drift[0].added_gap.p99 * 1000:+.2f} ms")
+    candidate = next((r for r in rows if roles[r.name] == "candidate"), None)
+    floor = next((r for r in rows if roles[r.name] == "floor"), None)
+    peers = [r for r in rows if roles[r.name] == "peer"]
+    print("targets (issue 20), for shardwise's gateway:")
+    if candidate is None:
+        print("  not evaluated: shardwise gateway: not available yet")
+    else:
+        for line in figures.target_lines(candidate, floor, peers):
+            print(f"  {line}")
+    failed = [r for r in rows if r.error_rate > MAX_ERROR_RATE]
+    for row in failed:
+        print(f"FAILED: {row.name} errored on {row.error_rate:.1%} of requests "
+              f"(more than {MAX_ERROR_RATE:.0%})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
