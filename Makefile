@@ -6,8 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: help deps venv control-plane real-engine crds test unit e2e bench bench-scale fuzz demo lint clean
+.PHONY: help deps venv control-plane real-engine crds test unit e2e bench bench-scale bench-gateway fuzz demo lint clean
 
 help:
 	@echo "make demo    local control plane + simulated GPU fleet + operator + live traffic"
@@ -16,6 +17,8 @@ help:
 	@echo "make bench   planner, collector and autoscaler benchmarks"
 	@echo "make fuzz    the long fuzz profile: 50,000+ hostile inputs through the pure core"
 	@echo "make bench-scale  the operator with 100 and 500 deployments, and on 5,000 nodes / 50,000 pods"
+	@echo "make bench-gateway  latency and CPU the gateway adds, beside Envoy alone, vllm-router, LiteLLM"
+	@echo "             (BENCH_GATEWAY_ARGS='--requests 500 --concurrency 64' for a short run)"
 	@echo "make crds    regenerate crds/ from the pydantic API models"
 
 deps:
@@ -28,6 +31,11 @@ $(STAMP): pyproject.toml | deps
 	@touch $@
 
 venv: $(STAMP)
+
+# What only bench-gateway needs (vllm-router, Envoy, uvloop), in the same environment.
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[bench]'
+	@touch $@
 
 control-plane: deps
 	@bash hack/build-control-plane.sh >/dev/null
@@ -61,6 +69,11 @@ fuzz: venv
 
 bench-scale: venv control-plane
 	$(PY) bench/scale.py
+
+# One run, the same simulated engines and load through each contender (bench/gateway.py). The
+# LiteLLM proxy installs on first use into ~/.cache/shardwise (its pins are not the project's).
+bench-gateway: $(BENCH_STAMP) control-plane
+	$(PY) bench/gateway.py $(BENCH_GATEWAY_ARGS)
 
 # `make demo REAL_ENGINE=llama-8b` serves that example with the real vLLM engine.
 demo: venv control-plane
