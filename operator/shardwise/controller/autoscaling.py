@@ -6,9 +6,11 @@ replicas the GPUs that exist can hold go into `decide`; a decision that changes 
 `status.desiredReplicas` and `status.autoscaling`, one Event says why, and reconcile is triggered
 to carry the count to the workload. The spec is never written: GitOps tools see no drift.
 
-The History that stabilization windows read stays in memory: written to the status it would
-change every period, and a steady object must not churn. After an operator restart the history is
-empty, which `decide` treats conservatively (no scale-down until a whole window has been seen).
+The History that stabilization windows and the forecast read is kept in memory and in the
+ConfigMap `shardwise-autoscaling` (controller/autoscaling_store.py), written only when it changes
+materially: a restarted operator or a new leader reads it back, so it neither scales down early
+nor waits a window already waited. It is not on the status: it changes every period, and a
+steady object must not churn.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pydantic
 from shardwise import autoscale, conditions, planner
 from shardwise.api import v1alpha1 as api
 from shardwise.autoscale import History
-from shardwise.controller import events
+from shardwise.controller import autoscaling_store, events
 from shardwise.decide import progress
 from shardwise.kube.compare import merge_patch
 from shardwise.controller.cluster import Cluster
@@ -60,6 +62,7 @@ class Autoscaler:
         self._clock = clock
         self._due: dict[tuple[str, str], float] = {}
         self._history: dict[tuple[str, str], History] = {}
+        self._store = autoscaling_store.HistoryStore(kube, settings.namespace)
         self._quiet = QuietLog(log, "autoscaling")
 
     async def run_forever(self) -> None:
@@ -103,6 +106,8 @@ class Autoscaler:
         for key in [k for k in self._due if k not in seen]:
             del self._due[key]
             self._history.pop(key, None)
+            self._store.forget(*key)
+        self._store.flush()
         if failed:
             raise RuntimeError(f"{len(failed)} deployments failed, first {failed[0]}")
 
@@ -162,9 +167,12 @@ class Autoscaler:
                           compared=status.get("prediction"), rollout=status.get("rollout"), held=held)
         key = (namespace, name)
         now = self._clock()
-        decision = autoscale.decide(policy, obs, self._history.get(key, History()), now)
-        recorded = self._history.get(key, History()).record(decision, now)
-        self._history[key] = History(recorded.records[-MAX_HISTORY:])
+        if key not in self._history:  # first evaluation here: what the last leader remembered
+            self._history[key] = self._store.load(namespace, name, now)
+        decision = autoscale.decide(policy, obs, self._history[key], now)
+        recorded = self._history[key].record(decision, now)
+        self._history[key] = History(recorded.records[-MAX_HISTORY:], recorded.learned)
+        self._store.save(namespace, name, self._history[key], policy.evaluation_period_s, now)
         if decision.direction is not autoscale.Direction.HOLD:
             log.info("%s/%s: %s", namespace, name, decision.event_message())
         else:

@@ -125,7 +125,9 @@ def apply_decision(status: Mapping[str, Any], decision: Decision, *, capacity: i
         found.append(("Warning", "InsufficientGPUCapacity",
                       f"{decision.event_message()}: only {capacity} replicas fit on the GPUs that exist"))
     material = {"desiredReplicas": decision.desired_replicas, "capacityLimited": decision.capacity_limited,
-                "capacityReplicas": capacity}
+                "capacityReplicas": capacity,
+                # minReplicas 0: the expected time from a request at zero to a ready replica.
+                "wakeSeconds": round(decision.wake_s) if decision.wake_s is not None else None}
     if previous and status.get("desiredReplicas") == decision.desired_replicas and all(
             previous.get(k) == v for k, v in material.items() if v is not None):
         return Outcome({}, tuple(found), changed)
