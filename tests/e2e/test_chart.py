@@ -80,11 +80,15 @@ OPERATOR_ALLOWED = [
     ("list", "configmaps/shardwise-corrections", "release"),
     ("watch", "configmaps/shardwise-corrections", "release"),
     ("patch", "configmaps/shardwise-corrections", "release"),
+    ("get", "configmaps/shardwise-autoscaling", "release"),
+    ("list", "configmaps/shardwise-autoscaling", "release"),
+    ("watch", "configmaps/shardwise-autoscaling", "release"),
+    ("patch", "configmaps/shardwise-autoscaling", "release"),
 ]
 OPERATOR_DENIED = [
     ("get", "secrets", ""),
     ("list", "secrets", ""),
-    ("list", "configmaps", "release"),  # its own two ConfigMaps, by name, and no others
+    ("list", "configmaps", "release"),  # its own three ConfigMaps, by name, and no others
     ("get", "secrets", "release"),
     ("list", "secrets", "ns"),
     ("delete", "nodes", ""),

@@ -27,7 +27,7 @@ from typing import Any
 import prometheus_client
 import urllib3
 
-from shardwise.controller import autoscaling, calibration, errors, modelcache, observing
+from shardwise.controller import autoscaling, autoscaling_store, calibration, errors, modelcache, observing
 from shardwise.decide import planning
 from shardwise.controller.cluster import Cluster
 from shardwise.kube import events, health
@@ -81,7 +81,8 @@ class Manager:
         self.stop = threading.Event()
         self.queue: WorkQueue[Key] = WorkQueue()
         self.contact = health.ApiContact()
-        own = ((settings.namespace, settings.pricing_configmap), (settings.namespace, calibration.CONFIGMAP))
+        own = ((settings.namespace, settings.pricing_configmap), (settings.namespace, calibration.CONFIGMAP),
+               (settings.namespace, autoscaling_store.CONFIGMAP))
         self.caches = Caches(self.kube, options.namespaces, on_infd=self._on_infd, on_child=self._on_child,
                              on_node=self._on_node, on_pod=self._on_pod, on_contact=self.contact.mark,
                              configmaps=own)

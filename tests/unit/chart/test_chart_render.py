@@ -47,7 +47,7 @@ def test_lint_is_clean(helm: pathlib.Path, sets: tuple[str, ...]) -> None:
 
 def test_default_render_kinds(render: Render) -> None:
     kinds = sorted(o["kind"] for o in render())
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "ConfigMap", "CustomResourceDefinition",
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "ConfigMap", "ConfigMap", "CustomResourceDefinition",
                      "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"]
 
 
@@ -130,7 +130,7 @@ def test_operator_rbac_reads_no_secrets_and_never_writes_nodes(render: Render) -
                              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                               "resourceNames": ["shardwise-operator"], "verbs": ["get", "update"]},
                              {"apiGroups": [""], "resources": ["configmaps"],
-                              "resourceNames": ["shardwise-corrections"], "verbs": ["get", "list", "watch", "patch"]}]
+                              "resourceNames": ["shardwise-corrections", "shardwise-autoscaling"], "verbs": ["get", "list", "watch", "patch"]}]
     binding = find(objects, "ClusterRoleBinding", "rel-shardwise")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-shardwise", "namespace": "sw-system"}]
 
