@@ -65,7 +65,8 @@ def front(cluster: LocalCluster, operator: Any) -> Iterator[Setup]:
         for name in MODELS:
             kubectl.apply_yaml(manifest(name, replicas=1))
         kubectl.apply_yaml(manifest(ZERO, autoscaling={"minReplicas": 0, "maxReplicas": 1, "allowScaleToZero": True,
-                                                       "slo": {"ttftP95": "500ms"}, "evaluationPeriodSeconds": 3}))
+                                                       "slo": {"ttftP95": "500ms"}, "evaluationPeriodSeconds": 3,
+                                                       "scaleToZeroAfterSeconds": 10}))
         kubectl.apply_yaml(manifest(NOWHERE, product="NVIDIA-B200", replicas=1))  # never placed: stays held
         for door in doors:
             door.start()
@@ -195,6 +196,14 @@ def test_a_model_at_zero_is_held_woken_and_answers(front: Setup) -> None:
     assert "error" not in result, result.get("error")
     assert result["reply"].model == ZERO
     print(f"\nfirst answer from zero after {result['seconds']:.2f} s")
+    # The wake-up is on the status (the held request to the first ready replica), and with no
+    # more requests the deployment idles back to zero after scaleToZeroAfterSeconds.
+    cold = eventually(lambda: ((kubectl.get("infd", ZERO).get("status") or {}).get("autoscaling") or {})
+                      .get("lastColdStart"), timeout=30, what="lastColdStart on the status")
+    # readyAt is when reconcile saw the replica ready, which may trail the answer by a busy moment.
+    assert cold["requestedAt"] == annotations[WAKE] and 0 <= cold["seconds"] <= result["seconds"] + 15
+    eventually(lambda: (kubectl.get("infd", ZERO).get("status") or {}).get("desiredReplicas") == 0,
+               timeout=90, what=f"{ZERO} back at zero after its idle time")
 
 
 def test_held_requests_time_out_shed_and_survive_a_restart_with_a_status(front: Setup) -> None:
