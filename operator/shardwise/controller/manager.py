@@ -29,6 +29,7 @@ import urllib3
 
 from shardwise.controller import autoscaling, autoscaling_store, calibration, errors, modelcache, observing
 from shardwise.decide import planning
+from shardwise.controller.architectures import ArchitectureReader
 from shardwise.controller.cluster import Cluster
 from shardwise.kube import events, health
 from shardwise.controller import reconcile as reconciling
@@ -87,6 +88,7 @@ class Manager:
                              on_node=self._on_node, on_pod=self._on_pod, on_contact=self.contact.mark,
                              configmaps=own)
         self.cluster = Cluster(self.kube, self.caches)
+        self.architectures = ArchitectureReader(endpoint=settings.hub_endpoint)
         self.events = events.EventSink(self.kube.post_event)
         self.kube.event_sink = self.events
         self.elector = LeaderElector(self.kube, options.lease_namespace, LEASE_NAME, identity=options.identity,
@@ -201,7 +203,7 @@ class Manager:
         RECONCILES.inc()
         try:
             with operator_metrics.RECONCILE_DURATION.labels("reconcile").time():
-                outcome = reconciling.reconcile(self.cluster, self.settings, *key)
+                outcome = reconciling.reconcile(self.cluster, self.settings, *key, self.architectures)
         except Exception as exc:  # noqa: BLE001 - every failure requeues with backoff
             self._requeue_after_failure(key, exc)
         else:

@@ -21,6 +21,7 @@ from typing import Any
 
 from shardwise.api import v1alpha1 as api
 from shardwise.controller import calibration, errors, events, modelcache
+from shardwise.controller.architectures import ArchitectureReader, Resolved
 from shardwise.controller.cluster import INFD_API_VERSION, Cluster
 from shardwise.controller.settings import Settings
 from shardwise.decide import reconcile as deciding
@@ -43,8 +44,9 @@ def now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def reconcile(cluster: Cluster, settings: Settings, namespace: str, name: str) -> Outcome:
-    snapshot = gather(cluster, settings, namespace, name)
+def reconcile(cluster: Cluster, settings: Settings, namespace: str, name: str,
+              architectures: ArchitectureReader | None = None) -> Outcome:
+    snapshot = gather(cluster, settings, namespace, name, architectures)
     if snapshot is None:
         return Outcome((), False)
     decision = deciding.decide(snapshot)
@@ -55,7 +57,8 @@ def reconcile(cluster: Cluster, settings: Settings, namespace: str, name: str) -
 
 
 # -- gather ------------------------------------------------------------------------------------
-def gather(cluster: Cluster, settings: Settings, namespace: str, name: str) -> deciding.Snapshot | None:
+def gather(cluster: Cluster, settings: Settings, namespace: str, name: str,
+           architectures: ArchitectureReader | None = None) -> deciding.Snapshot | None:
     """Everything decide reads; None when the resource is gone or going."""
     infd = cluster.get(INFD_API_VERSION, api.KIND, namespace, name)
     if infd is None or infd["metadata"].get("deletionTimestamp"):
@@ -76,14 +79,19 @@ def gather(cluster: Cluster, settings: Settings, namespace: str, name: str) -> d
              for key in deciding.child_keys(name)[1:]
              if key[1] != leaderworkerset.KIND or lws_installed}
     prices = learned = None
+    resolved = Resolved()
     if deciding.wants_new_plan(infd, spec, nodes):
         prices = cluster.pricing_table(settings.namespace, settings.pricing_configmap)
         learned = calibration.read_table(cluster, settings.namespace)
+        if architectures is not None:  # a model the catalog lacks: its own config.json
+            resolved = architectures.resolve((infd.get("spec") or {}).get("model") or {}, spec.model.revision,
+                                             spec.model.cache.hubEndpoint)
     return deciding.Snapshot(
         infd=infd, now=now, nodes=nodes, lws_installed=lws_installed, gpu_pods=cluster.list_gpu_pods(),
         pods=cluster.list_pods(namespace, labels.selector_string(name)), children=looked_up,
         owned_workloads=owned, cache=modelcache.gather(cluster, settings, namespace, spec),
-        prices=prices, learned=learned, runtime_image=settings.runtime_image,
+        prices=prices, learned=learned, architecture=resolved.architecture,
+        architecture_failure=resolved.failure, runtime_image=settings.runtime_image,
         downloader_image=settings.downloader_image)
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from shardwise import planner
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
-from shardwise.planner.models import lookup_model
+from shardwise.planner import hfconfig
+from shardwise.planner.models import ModelArch, lookup_model
 from shardwise.render.labels import INSTANCE_LABEL, REPLAN_ANNOTATION
 
 
@@ -73,7 +74,7 @@ def pods_of_others(pods: list[dict[str, Any]], namespace: str, name: str) -> lis
                                     and (p["metadata"].get("labels") or {}).get(INSTANCE_LABEL) == name)]
 
 
-def context_exceeded(spec_dict: dict[str, Any]) -> str | None:
+def context_exceeded(spec_dict: dict[str, Any], arch: ModelArch | None = None) -> str | None:
     """Why serving.maxModelLen cannot work for a catalog model, with the numbers; None when it can.
 
     vLLM refuses to start with a max_model_len beyond the model's max_position_embeddings, so
@@ -81,7 +82,7 @@ def context_exceeded(spec_dict: dict[str, Any]) -> str | None:
     """
     name = str((spec_dict.get("model") or {}).get("name") or "")
     wanted = int((spec_dict.get("serving") or {}).get("maxModelLen") or 8192)
-    arch = lookup_model(name) if name else None
+    arch = arch or (lookup_model(name) if name else None)
     if arch is None or arch.context_length is None or wanted <= arch.context_length:
         return None
     return (f"serving.maxModelLen {wanted} exceeds the context window of {name}: {arch.context_length} tokens "
@@ -91,19 +92,28 @@ def context_exceeded(spec_dict: dict[str, Any]) -> str | None:
 
 def make_plan(spec_dict: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
               prices: dict[str, float] | None, *, fingerprint: str, token: str,
-              learned: dict[str, planner.plans.Correction] | None = None) -> dict[str, Any]:
+              learned: dict[str, planner.plans.Correction] | None = None,
+              architecture: ModelArch | None = None,
+              architecture_failure: tuple[str, str] | None = None) -> dict[str, Any]:
+    """`architecture`: the model's, read from its config.json when the catalog lacks it (or why
+    it could not be read: `architecture_failure`, the hub's reason and words)."""
     result: dict[str, Any]
-    too_long = context_exceeded(spec_dict)
-    if too_long:
+    too_long = context_exceeded(spec_dict, architecture)
+    if architecture_failure is not None:
+        result = {"feasible": False, "reasonCode": architecture_failure[0],
+                  "reason": f"cannot read the model's config.json: {architecture_failure[1]}"}
+    elif too_long:
         result = {"feasible": False, "reasonCode": "MaxModelLenExceedsContext", "reason": too_long}
     else:
         try:
-            request = planner.request_from_spec(spec_dict)
+            request = planner.request_from_spec(spec_dict, architecture=architecture)
         except planner.PlanInputError as exc:  # e.g. a model the catalog lacks and no architecture given
             result = {"feasible": False, "reasonCode": "InvalidModel", "reason": str(exc)}
         else:
             inventory = planner.inventory_from_nodes(nodes, pods)
             result = planner.plan(request, inventory, prices=prices, learned=learned).to_dict()
+            if architecture is not None:  # where the numbers came from, on the status
+                result["architecture"] = hfconfig.describe(request.arch)
     result["specFingerprint"] = fingerprint
     result["replanToken"] = token
     return result

@@ -38,6 +38,7 @@ from shardwise.decide.transitions import Announcement, transitions
 from shardwise.decide.workload_health import Failure
 from shardwise.kube.compare import contains, merge_patch
 from shardwise.planner import plans
+from shardwise.planner.models import ModelArch
 from shardwise.api import names
 from shardwise.render import children, leaderworkerset
 from shardwise.render.labels import WAKE_ANNOTATION
@@ -64,6 +65,9 @@ class Snapshot:
     cache: modelcache.CacheInputs | None = None  # None when the spec is invalid
     prices: Mapping[str, float] | None = None  # read when a plan is made
     learned: Mapping[str, plans.Correction] | None = None
+    # Read from the model's config.json when a plan is made and the catalog lacks the model.
+    architecture: ModelArch | None = None
+    architecture_failure: tuple[str, str] | None = None
     runtime_image: str | None = None
     downloader_image: str = ""
 
@@ -258,7 +262,8 @@ def _plan(snapshot: Snapshot, spec: api.InferenceDeploymentSpec) -> dict[str, An
     meta = infd["metadata"]
     others = planning.pods_of_others(snapshot.gpu_pods, meta["namespace"], meta["name"])
     return planning.make_plan(infd.get("spec") or {}, snapshot.nodes, others, dict(snapshot.prices or {}),
-                              fingerprint=fingerprint, token=token, learned=dict(snapshot.learned or {}))
+                              fingerprint=fingerprint, token=token, learned=dict(snapshot.learned or {}),
+                              architecture=snapshot.architecture, architecture_failure=snapshot.architecture_failure)
 
 
 def as_applied(live: dict[str, Any] | None, obj: dict[str, Any]) -> dict[str, Any]:

@@ -299,3 +299,25 @@ def test_a_wake_up_from_zero_records_its_cold_start_once() -> None:
     assert cold == {"requestedAt": T0, "readyAt": "2026-01-01T00:00:42Z", "seconds": 42.0}
     again = decide(snapshot(written(resource, ready), children=children, pods=pods, now="2026-01-01T00:09:00Z"))
     assert again.status_patch == {}
+
+
+def test_a_model_the_catalog_lacks_is_planned_from_its_config_and_says_where_from() -> None:
+    import pathlib
+
+    from shardwise import hub
+    from shardwise.planner import hfconfig
+
+    folder = pathlib.Path(__file__).parents[2] / "fixtures" / "hub-configs" / "Qwen" / "Qwen3-32B"
+    resource = infd(model={"name": "Qwen/Qwen3-32B"}, parallelism={"objective": "Latency"})
+    arch = hfconfig.resolve_architecture(resource["spec"]["model"], hub.FolderFiles(folder))
+    without = decide(snapshot(resource, nodes=3))
+    assert (without.status or {})["plan"]["reasonCode"] == "InvalidModel"  # no numbers, no plan
+    h100s = [node(f"h{i}", "NVIDIA-H100-80GB-HBM3", 8, 81559) for i in range(2)]
+    planned = decide(dataclasses.replace(snapshot(resource), nodes=h100s, architecture=arch))
+    plan = (planned.status or {})["plan"]
+    assert plan["feasible"], plan.get("reason")
+    assert plan["architecture"]["source"] == arch.source and plan["architecture"]["layers"] == arch.layers
+    refused = decide(dataclasses.replace(snapshot(resource), nodes=h100s,
+                                         architecture_failure=("GatedModelNeedsToken", "401 from the hub")))
+    assert condition(refused.status or {}, "Planned") == ("False", "GatedModelNeedsToken")
+    assert refused.apply == ()
