@@ -6,6 +6,10 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v git >/dev/null || need+=(git)
 command -v make >/dev/null || need+=(make)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+# promtool and a Prometheus server (metrics and rules lint, tests/e2e/test_observability.py) and
+# headless Chromium (the console's e2e test): together ~100 MB of downloads, ~40 s cold.
+command -v promtool >/dev/null || need+=(prometheus)
+command -v chromium >/dev/null || need+=(chromium)
 if ((${#need[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq && $sudo apt-get install -y -qq "${need[@]}"

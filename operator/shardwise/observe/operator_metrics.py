@@ -6,6 +6,8 @@ Per-deployment figures are served by a custom collector from the last published 
 than by labelled Gauges: a figure that leaves the status, or a deployment that is deleted,
 then simply stops being exported, with no stale series left behind. Values are in base units
 (seconds, ratios), as Prometheus naming conventions ask, while the status speaks milliseconds.
+A percentile is a gauge of its own (`..._ttft_p95_seconds`), not a `quantile` label: that label
+belongs to summaries, and `promtool check metrics` refuses it on a gauge.
 """
 
 from __future__ import annotations
@@ -34,19 +36,18 @@ RECONCILE_ERRORS = prometheus_client.Counter(
 )
 
 _MS = 1e-3  # the status speaks milliseconds, Prometheus seconds
-_Q50, _Q95, _Q99 = (("quantile", "0.5"),), (("quantile", "0.95"),), (("quantile", "0.99"),)
-_TTFT, _ITL = "Time to first token.", "Inter-token latency."
+_TTFT, _ITL = "Time to first token", "Inter-token latency"
 _TOKENS = "Tokens per second."
 
 # (status path, metric, help, extra labels, factor to the metric's unit)
 _SERIES: tuple[tuple[str, str, str, tuple[tuple[str, str], ...], float], ...] = (
-    ("latency.ttftP50Ms", "ttft_seconds", _TTFT, _Q50, _MS),
-    ("latency.ttftP95Ms", "ttft_seconds", _TTFT, _Q95, _MS),
-    ("latency.ttftP99Ms", "ttft_seconds", _TTFT, _Q99, _MS),
-    ("latency.itlP50Ms", "itl_seconds", _ITL, _Q50, _MS),
-    ("latency.itlP95Ms", "itl_seconds", _ITL, _Q95, _MS),
-    ("latency.e2eP95Ms", "e2e_seconds", "End-to-end request latency.", _Q95, _MS),
-    ("latency.queueP95Ms", "queue_seconds", "Time queued in vLLM.", _Q95, _MS),
+    ("latency.ttftP50Ms", "ttft_p50_seconds", f"{_TTFT}, p50 over the status window.", (), _MS),
+    ("latency.ttftP95Ms", "ttft_p95_seconds", f"{_TTFT}, p95 over the status window.", (), _MS),
+    ("latency.ttftP99Ms", "ttft_p99_seconds", f"{_TTFT}, p99 over the status window.", (), _MS),
+    ("latency.itlP50Ms", "itl_p50_seconds", f"{_ITL}, p50 over the status window.", (), _MS),
+    ("latency.itlP95Ms", "itl_p95_seconds", f"{_ITL}, p95 over the status window.", (), _MS),
+    ("latency.e2eP95Ms", "e2e_p95_seconds", "End-to-end request latency, p95.", (), _MS),
+    ("latency.queueP95Ms", "queue_p95_seconds", "Time queued in vLLM, p95.", (), _MS),
     ("latency.requestsPerSecond", "requests_per_second", "Finished requests per second.", (), 1),
     ("latency.promptTokensPerSecond", "tokens_per_second", _TOKENS, (("kind", "prompt"),), 1),
     ("latency.outputTokensPerSecond", "tokens_per_second", _TOKENS, (("kind", "output"),), 1),

@@ -30,8 +30,8 @@ def _clean() -> None:
 def test_status_figures_are_exported_in_base_units() -> None:
     om.publish_status("ml", "llama", STATUS)
     key = {"namespace": "ml", "name": "llama"}
-    assert _value("ttft_seconds", **key, quantile="0.95") == pytest.approx(0.040)
-    assert _value("itl_seconds", **key, quantile="0.5") == pytest.approx(0.00601)
+    assert _value("ttft_p95_seconds", **key) == pytest.approx(0.040)
+    assert _value("itl_p50_seconds", **key) == pytest.approx(0.00601)
     assert _value("tokens_per_second", **key, kind="output") == pytest.approx(49.1)
     assert _value("cost_usd_per_hour", **key) == pytest.approx(19.92)
     assert _value("cost_usd_per_million_output_tokens", **key) == pytest.approx(5.53)
@@ -42,7 +42,7 @@ def test_status_figures_are_exported_in_base_units() -> None:
 def test_a_figure_leaving_the_status_leaves_the_metrics() -> None:
     om.publish_status("ml", "llama", STATUS)
     om.publish_status("ml", "llama", {**STATUS, "latency": {"window": "5m"}})
-    assert _value("ttft_seconds", namespace="ml", name="llama", quantile="0.95") is None
+    assert _value("ttft_p95_seconds", namespace="ml", name="llama") is None
     assert _value("cost_usd_per_hour", namespace="ml", name="llama") == pytest.approx(19.92)
 
 
@@ -77,5 +77,5 @@ def test_server_serves_the_dedicated_registry_only() -> None:
     om.start_server(port, addr="127.0.0.1")
     om.publish_status("ml", "llama", STATUS)
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    assert 'shardwise_deployment_ttft_seconds{name="llama",namespace="ml",quantile="0.95"}' in body
+    assert 'shardwise_deployment_ttft_p95_seconds{name="llama",namespace="ml"}' in body
     assert "python_gc_objects_collected_total" not in body  # not the global default registry
