@@ -103,6 +103,9 @@ class Plan:
             "feasible": self.feasible,
             "tensorParallel": self.tensor_parallel,
             "pipelineParallel": self.pipeline_parallel,
+            # `kubectl get infd`'s LAYOUT column (TP8xPP1): one narrow column instead of two.
+            "layout": (f"TP{self.tensor_parallel}xPP{self.pipeline_parallel}"
+                       if self.tensor_parallel and self.pipeline_parallel else None),
             "gpusPerReplica": self.gpus_per_replica,
             "nodesPerReplica": self.nodes_per_replica,
             "gpusPerNode": self.gpus_per_node,

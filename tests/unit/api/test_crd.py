@@ -44,5 +44,5 @@ def test_scale_subresource_and_printer_columns() -> None:
         "labelSelectorPath": ".status.selector",
     }
     names = [c["name"] for c in version["additionalPrinterColumns"]]
-    for wanted in ("Model", "TP", "PP", "Ready", "TTFT-P95-ms", "USD/h", "Age"):
+    for wanted in ("Model", "Layout", "Ready", "TTFT", "USD/h", "Phase", "Age"):
         assert wanted in names

@@ -21,6 +21,7 @@ TOP_KEYS = {
     "feasible",
     "tensorParallel",
     "pipelineParallel",
+    "layout",
     "gpusPerReplica",
     "nodesPerReplica",
     "gpusPerNode",
