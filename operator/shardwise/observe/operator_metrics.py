@@ -61,7 +61,10 @@ _SERIES: tuple[tuple[str, str, str, tuple[tuple[str, str], ...], float], ...] = 
     ("readyReplicas", "replicas_ready", "Replicas ready to serve.", (), 1),
     ("plan.tensorParallel", "tensor_parallel", "Planned tensor-parallel degree.", (), 1),
     ("plan.pipelineParallel", "pipeline_parallel", "Planned pipeline-parallel degree.", (), 1),
+    ("modelCache.bytesDone", "model_cache_downloaded_bytes", "Model weights downloaded so far.", (), 1),
+    ("modelCache.bytesTotal", "model_cache_size_bytes", "Model weights to download in all.", (), 1),
 )
+PHASES = ("Pending", "Progressing", "Ready", "Degraded", "Failed")
 _PREFIX = "shardwise_deployment_"
 
 
@@ -82,22 +85,47 @@ class _DeploymentCollector(Collector):
         # (namespace, name) -> {series index in _SERIES: value}
         self._values: dict[tuple[str, str], dict[int, float]] = {}
 
+        # (namespace, name) -> (phase, ((condition type, status), ...))
+        self._states: dict[tuple[str, str], tuple[str | None, tuple[tuple[str, str], ...]]] = {}
+
     def publish(self, key: tuple[str, str], status: Mapping[str, Any]) -> None:
         values = {}
         for i, (path, _, _, _, factor) in enumerate(_SERIES):
             value = _lookup(status, path)
             if value is not None:
                 values[i] = value * factor
+        phase = status.get("phase") if isinstance(status.get("phase"), str) else None
+        conds = tuple(sorted(
+            (str(c.get("type")), str(c.get("status")))
+            for c in status.get("conditions") or () if isinstance(c, Mapping) and c.get("type")))
         with self._lock:
             self._values[key] = values
+            self._states[key] = (phase, conds)
 
     def forget(self, key: tuple[str, str]) -> None:
         with self._lock:
             self._values.pop(key, None)
+            self._states.pop(key, None)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         with self._lock:
             snapshot = sorted(self._values.items())
+            states = sorted(self._states.items())
+        # kube-state-metrics' shape: one series per phase, 1 for the current one, so that
+        # `== 1` selects it and a phase change is a value change, not a vanished series.
+        phases = GaugeMetricFamily(_PREFIX + "phase", "1 for the deployment's current phase.",
+                                   labels=["namespace", "name", "phase"])
+        conditions = GaugeMetricFamily(_PREFIX + "condition", "1 for each condition's current status.",
+                                       labels=["namespace", "name", "type", "status"])
+        for (namespace, name), (phase, conds) in states:
+            if phase is not None:
+                for known in sorted({*PHASES, phase}):
+                    phases.add_metric([namespace, name, known], 1.0 if known == phase else 0.0)
+            for type_, value in conds:
+                for known in ("True", "False", "Unknown"):
+                    conditions.add_metric([namespace, name, type_, known], 1.0 if known == value else 0.0)
+        yield phases
+        yield conditions
         families: dict[str, GaugeMetricFamily] = {}
         for i, (_, metric, help_text, extra, _) in enumerate(_SERIES):
             if metric not in families:

@@ -25,6 +25,8 @@ STATUS = {
                 "waiting": 0, "kvCacheUsage": 0.12},
     "cost": {"hourlyUSD": 4.0, "perMillionOutputTokensUSD": 11.2},
     "replicas": 2, "readyReplicas": 2, "plan": {"tensorParallel": 1, "pipelineParallel": 1},
+    "phase": "Ready", "conditions": [{"type": "Ready", "status": "True"}],
+    "modelCache": {"bytesDone": 5, "bytesTotal": 10},
 }
 
 

@@ -79,3 +79,19 @@ def test_server_serves_the_dedicated_registry_only() -> None:
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert 'shardwise_deployment_ttft_p95_seconds{name="llama",namespace="ml"}' in body
     assert "python_gc_objects_collected_total" not in body  # not the global default registry
+
+
+def test_phase_conditions_and_download_progress_follow_the_status() -> None:
+    om.publish_status("ml", "llama", {
+        **STATUS, "phase": "Degraded",
+        "conditions": [{"type": "Degraded", "status": "True"}, {"type": "Ready", "status": "False"}],
+        "modelCache": {"bytesDone": 10, "bytesTotal": 40},
+    })
+    key = {"namespace": "ml", "name": "llama"}
+    assert _value("phase", **key, phase="Degraded") == 1
+    assert _value("phase", **key, phase="Ready") == 0
+    assert _value("condition", **key, type="Degraded", status="True") == 1
+    assert _value("condition", **key, type="Ready", status="True") == 0
+    assert (_value("model_cache_downloaded_bytes", **key), _value("model_cache_size_bytes", **key)) == (10, 40)
+    om.forget("ml", "llama")
+    assert _value("phase", **key, phase="Degraded") is None
