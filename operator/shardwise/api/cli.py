@@ -11,6 +11,9 @@ from shardwise.api import crd
 DEFAULT_PATH = pathlib.Path("crds/inferencedeployments.shardwise.io.yaml")
 # The Helm chart carries a byte-identical copy (a chart cannot reach outside its folder).
 CHART_COPY = pathlib.Path("charts/shardwise/files/inferencedeployments.shardwise.io.yaml")
+# The gateway's APIKey CRD, written beside it (and into the chart) whenever the default is.
+APIKEY_PATH = pathlib.Path("crds/apikeys.shardwise.io.yaml")
+APIKEY_CHART_COPY = pathlib.Path("charts/shardwise/files/apikeys.shardwise.io.yaml")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,14 +28,17 @@ def _run(args: argparse.Namespace) -> int:
     if str(args.output) == "-":
         sys.stdout.write(text)
         return 0
-    targets = [args.output] + ([CHART_COPY] if args.output == DEFAULT_PATH else [])
+    targets = [(args.output, text)]
+    if args.output == DEFAULT_PATH:
+        apikey = crd.render_apikey_crd_yaml()
+        targets += [(CHART_COPY, text), (APIKEY_PATH, apikey), (APIKEY_CHART_COPY, apikey)]
     if args.check:
-        stale = [str(t) for t in targets if not t.exists() or t.read_text() != text]
+        stale = [str(t) for t, want in targets if not t.exists() or t.read_text() != want]
         if stale:
             print(f"{', '.join(stale)} stale: run `make crds`", file=sys.stderr)
         return 1 if stale else 0
-    for target in targets:
+    for target, want in targets:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        target.write_text(want)
         print(f"wrote {target}")
     return 0

@@ -30,6 +30,19 @@ def register(subparsers: Any) -> None:
                        help="held body bytes per model before a 429")
     serve.add_argument("--wake-interval", type=float, default=5.0, help="seconds between wake signals per model")
     serve.add_argument("--scrape-interval", type=float, default=2.0, help="seconds between engine /metrics scrapes")
+    serve.add_argument("--auth", action="store_true",
+                       help="require API keys (APIKey objects and their Secrets in the watched namespaces)")
+    serve.add_argument("--auth-anonymous", action="store_true",
+                       help="with --auth: requests without an Authorization header pass as 'anonymous'")
+    serve.add_argument("--redis-url", default=os.environ.get("SHARDWISE_REDIS_URL", ""),
+                       help="the shared quota store (redis://host:port/db); empty: per-replica limits")
+    serve.add_argument("--redis-prefix", default="shardwise:", help="prefix of every Redis key")
+    serve.add_argument("--quota-fallback-share", type=int, default=1,
+                       help="while Redis is away each replica allows 1/N of each limit (N: the replica count)")
+    serve.add_argument("--key-status-interval", type=float, default=10.0,
+                       help="seconds between APIKey status writes (by the Lease holder only)")
+    serve.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"),
+                       help="namespace of the status writer's Lease shardwise-gateway-keys")
     serve.set_defaults(handler=_serve)
 
     config = commands.add_parser("envoy-config", help="print the Envoy bootstrap (JSON)")
@@ -47,7 +60,7 @@ def register(subparsers: Any) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from shardwise.gateway import server
+    from shardwise.gateway import gatekeeper, server
     from shardwise.kube.client import Kube
 
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"),
@@ -57,7 +70,11 @@ def _serve(args: argparse.Namespace) -> int:
         http_host=args.http_host, http_port=args.http_port,
         limits=holding.Limits(max_count=args.hold_max_requests, max_bytes=args.hold_max_bytes,
                               timeout_s=args.hold_timeout),
-        wake_interval_s=args.wake_interval, scrape_interval_s=args.scrape_interval)
+        wake_interval_s=args.wake_interval, scrape_interval_s=args.scrape_interval,
+        auth=gatekeeper.AuthSettings(anonymous=args.auth_anonymous, redis_url=args.redis_url,
+                                     redis_prefix=args.redis_prefix, fallback_share=args.quota_fallback_share,
+                                     status_interval_s=args.key_status_interval,
+                                     lease_namespace=args.lease_namespace) if args.auth else None)
     asyncio.run(server.Gateway(Kube(field_manager="shardwise-gateway"), settings).run())
     return 0
 

@@ -29,8 +29,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from envoy.type.v3 import http_status_pb2
 
-from shardwise.gateway import envoy, metrics, openai_errors, picker
+from shardwise.gateway import envoy, keys, metrics, openai_errors, picker
 from shardwise.gateway.dispatcher import Dispatcher
+from shardwise.gateway.gatekeeper import Gatekeeper, Ticket
 from shardwise.gateway.observer import Observer
 from shardwise.gateway.openai_errors import Refusal
 
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 ROUTED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 ARRIVAL_HEADER = "x-shardwise-arrival"  # unix seconds at arrival, for the observer's TTFT
+KEY_HEADER = "x-shardwise-key"  # the caller's key id (namespace/name of its APIKey), for the observer
+STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 
 
@@ -55,18 +58,40 @@ def immediate(refusal: Refusal, details: str) -> pb.ProcessingResponse:
         body=refusal.body, details=details))
 
 
-def _routed(endpoint: str, model: str, arrival: float) -> pb.ProcessingResponse:
+def _routed(endpoint: str, model: str, arrival: float, *, key_id: str | None = None,
+            body: bytes | None = None) -> pb.ProcessingResponse:
+    values = [(envoy.DESTINATION_HEADER, endpoint), (envoy.MODEL_HEADER, model), (ARRIVAL_HEADER, f"{arrival:.6f}")]
+    remove: list[str] = []
+    if key_id is not None:  # keys on: the observer charges this id; the key itself never reaches an engine
+        values.append((KEY_HEADER, key_id))
+        remove.append("authorization")
+    if body is not None:
+        values.append(("content-length", str(len(body))))
     set_headers = [base_pb2.HeaderValueOption(header=base_pb2.HeaderValue(key=k, raw_value=v.encode()),
-                                              append_action=_OVERWRITE)
-                   for k, v in ((envoy.DESTINATION_HEADER, endpoint), (envoy.MODEL_HEADER, model),
-                                (ARRIVAL_HEADER, f"{arrival:.6f}"))]
-    return pb.ProcessingResponse(request_body=pb.BodyResponse(response=pb.CommonResponse(
-        header_mutation=pb.HeaderMutation(set_headers=set_headers), clear_route_cache=True)))
+                                              append_action=_OVERWRITE) for k, v in values]
+    common = pb.CommonResponse(header_mutation=pb.HeaderMutation(set_headers=set_headers, remove_headers=remove),
+                               clear_route_cache=True)
+    if body is not None:
+        common.body_mutation.body = body
+    return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
 
 
-def models_list(dispatcher: Dispatcher) -> Refusal:
-    """OpenAI's model list (a 200 answered like a refusal: status, headers, body)."""
-    data = [_model_object(route) for route in dispatcher.table.models()]
+def with_stream_usage(path: str, body: dict[str, Any]) -> bytes | None:
+    """The body with `stream_options.include_usage: true` when a stream did not ask for its usage
+    (the tokens a key is charged come from it), else None (the body goes on unchanged)."""
+    if path not in STREAMING_PATHS or body.get("stream") is not True:
+        return None
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return None
+    changed = dict(body)
+    changed["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    return json.dumps(changed, separators=(",", ":")).encode()
+
+
+def models_list(dispatcher: Dispatcher, key: keys.Key | None = None) -> Refusal:
+    """OpenAI's model list (a 200 answered like a refusal: status, headers, body): the key's models."""
+    data = [_model_object(route) for route in dispatcher.table.models() if key is None or key.allows(route.model)]
     body = json.dumps({"object": "list", "data": data}, separators=(",", ":")).encode()
     return Refusal(200, body, (("content-type", openai_errors.JSON),))
 
@@ -93,9 +118,10 @@ def parse_body(raw: bytes) -> tuple[dict[str, Any], str] | Refusal:
 
 
 class ExtProc(pb_grpc.ExternalProcessorServicer):
-    def __init__(self, dispatcher: Dispatcher, observer: Observer) -> None:
+    def __init__(self, dispatcher: Dispatcher, observer: Observer, gatekeeper: Gatekeeper | None = None) -> None:
         self.dispatcher = dispatcher
         self.observer = observer
+        self.gatekeeper = gatekeeper  # None: no keys (every caller is served)
 
     async def Process(self, request_iterator: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 - gRPC's name
                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:
@@ -118,7 +144,16 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
             return
         headers = header_map(first.request_headers)
         method, path = headers.get(":method", ""), headers.get(":path", "").split("?", 1)[0]
-        early = self._answer_headers(method, path, first.request_headers.end_of_stream)
+        key: keys.Key | None = None
+        if self.gatekeeper is not None:
+            found = self.gatekeeper.authenticate(headers.get("authorization"))
+            if isinstance(found, Refusal):
+                metrics.REQUESTS.labels("", str(found.status)).inc()
+                metrics.KEY_REQUESTS.labels("", "", str(found.status)).inc()
+                yield immediate(found, "shardwise_unauthorized")
+                return
+            key = found
+        early = self._answer_headers(method, path, first.request_headers.end_of_stream, key)
         if early is not None:
             metrics.REQUESTS.labels("", str(early.status)).inc()
             yield immediate(early, "shardwise_" + ("models" if early.status == 200 else "refused"))
@@ -134,25 +169,43 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
             yield immediate(parsed, "shardwise_bad_request")
             return
         body, model = parsed
-        choice = await self.dispatcher.choose(model, len(raw), picker.prefix_of(body))
-        if isinstance(choice, Refusal):
-            known = self.dispatcher.table.get(model) is not None
-            metrics.REQUESTS.labels(model if known else "", str(choice.status)).inc()
-            yield immediate(choice, "shardwise_refused")
-            return
+        ticket: Ticket | None = None
+        if key is not None and self.gatekeeper is not None:
+            admitted = (openai_errors.model_not_allowed(model) if not key.allows(model)
+                        else await self.gatekeeper.admit(key))
+            if isinstance(admitted, Refusal):
+                metrics.REQUESTS.labels("", str(admitted.status)).inc()
+                metrics.KEY_REQUESTS.labels(key.id, model if key.allows(model) else "", str(admitted.status)).inc()
+                yield immediate(admitted, "shardwise_refused")
+                return
+            ticket = admitted
         try:
-            yield _routed(choice, model, arrival)
-            async for _ in stream:  # nothing more is sent in this mode; wait for the request's end
-                pass
+            choice = await self.dispatcher.choose(model, len(raw), picker.prefix_of(body))
+            if isinstance(choice, Refusal):
+                known = self.dispatcher.table.get(model) is not None
+                metrics.REQUESTS.labels(model if known else "", str(choice.status)).inc()
+                if key is not None:
+                    metrics.KEY_REQUESTS.labels(key.id, model if known else "", str(choice.status)).inc()
+                yield immediate(choice, "shardwise_refused")
+                return
+            try:
+                mutated = with_stream_usage(path, body) if key is not None else None
+                yield _routed(choice, model, arrival, key_id=key.id if key is not None else None, body=mutated)
+                async for _ in stream:  # nothing more is sent in this mode; wait for the request's end
+                    pass
+            finally:
+                self.dispatcher.done(choice)
         finally:
-            self.dispatcher.done(choice)
+            if ticket is not None and self.gatekeeper is not None:
+                self.gatekeeper.release(ticket)
 
-    def _answer_headers(self, method: str, path: str, end_of_stream: bool) -> Refusal | None:
+    def _answer_headers(self, method: str, path: str, end_of_stream: bool,
+                        key: keys.Key | None = None) -> Refusal | None:
         if path in ("/v1/models", "/v1/models/") and method == "GET":
-            return models_list(self.dispatcher)
+            return models_list(self.dispatcher, key)
         if path.startswith("/v1/models/") and method == "GET":
             route = self.dispatcher.table.get(path.removeprefix("/v1/models/"))
-            if route is None:
+            if route is None or (key is not None and not key.allows(route.model)):
                 return openai_errors.model_not_found(path.removeprefix("/v1/models/"))
             body = json.dumps(_model_object(route), separators=(",", ":")).encode()
             return Refusal(200, body, (("content-type", openai_errors.JSON),))

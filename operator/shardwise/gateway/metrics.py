@@ -32,3 +32,19 @@ BROKEN = prom.Counter("shardwise_gateway_broken_responses", "Responses that ende
                       "(engine died or client left).", ["model"], registry=REGISTRY)
 SYNCED = prom.Gauge("shardwise_gateway_caches_synced", "1 once the informers have synced.", registry=REGISTRY)
 ENDPOINTS = prom.Gauge("shardwise_gateway_endpoints", "Ready endpoints per model.", ["model"], registry=REGISTRY)
+
+# Per API key (key = namespace/name of its APIKey, never the key itself; "anonymous" when allowed).
+KEY_REQUESTS = prom.Counter("shardwise_gateway_key_requests", "Requests by API key, model and HTTP status code "
+                            "(key \"\" when no valid key was given).", ["key", "model", "code"], registry=REGISTRY)
+KEY_TOKENS = prom.Counter("shardwise_gateway_key_tokens", "Tokens from the engines' usage by API key (direction: "
+                          "prompt or completion).", ["key", "direction"], registry=REGISTRY)
+KEY_COST = prom.Counter("shardwise_gateway_key_cost_usd", "Cost by API key: completion tokens at the serving "
+                        "deployment's status.cost.perMillionOutputTokensUSD.", ["key"], registry=REGISTRY)
+RATE_LIMITED = prom.Counter("shardwise_gateway_rate_limited", "429s for a key's own limits (limit: requests, "
+                            "tokens or concurrency).", ["key", "limit"], registry=REGISTRY)
+QUOTA_STORE_UP = prom.Gauge("shardwise_gateway_quota_store_up", "1 while the shared quota store (Redis) answers; "
+                            "0: per-replica limits apply.", registry=REGISTRY)
+QUOTA_CHECK = prom.Histogram("shardwise_gateway_quota_check_seconds", "Time the key's quota check adds to a "
+                             "request (one Redis round trip, or the local fallback).",
+                             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
+                             registry=REGISTRY)

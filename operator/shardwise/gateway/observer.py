@@ -7,6 +7,10 @@ client cannot forge them past it); from those, the first body chunk gives the ti
 byte (the first token of a stream), the end of stream the end-to-end time, and the body the
 tokens (`usage`). A response that ends without its end of stream (the engine died, the client
 left) is counted as broken.
+
+With API keys on, the route filter also stamped the caller's key id: the response's usage is
+charged to it (`Gatekeeper.charge`: per-key metrics, the tokens bucket, the key's usage counters);
+a broken stream is charged the completion tokens it streamed before it broke.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from collections.abc import AsyncIterator
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from shardwise.gateway import envoy, metrics, usage
+from shardwise.gateway.gatekeeper import Gatekeeper
+
+KEY_HEADER = "x-shardwise-key"  # extproc.KEY_HEADER (set by the route filter, never by a client)
 
 
 def _headers(headers: pb.HttpHeaders) -> dict[str, str]:
@@ -25,6 +32,9 @@ def _headers(headers: pb.HttpHeaders) -> dict[str, str]:
 
 
 class Observer:
+    def __init__(self, gatekeeper: Gatekeeper | None = None) -> None:
+        self.gatekeeper = gatekeeper
+
     async def consume(self, first: pb.ProcessingRequest, stream: AsyncIterator[pb.ProcessingRequest]) -> None:
         if first.WhichOneof("request") != "request_headers":
             async for _ in stream:
@@ -59,8 +69,13 @@ class Observer:
             if complete:
                 break
         metrics.REQUESTS.labels(model, code or "reset").inc()
+        key_id = request.get(KEY_HEADER) if self.gatekeeper is not None else None
+        if key_id:
+            metrics.KEY_REQUESTS.labels(key_id, model, code or "reset").inc()
         if not complete:
             metrics.BROKEN.labels(model).inc()
+            if key_id and tally is not None and tally.streaming and code.startswith("2"):
+                self.gatekeeper.charge(key_id, model, *tally.tokens())
             return
         metrics.E2E.labels(model).observe(max(0.0, time.time() - arrival))
         if tally is not None and code.startswith("2"):
@@ -69,3 +84,5 @@ class Observer:
                 metrics.TOKENS.labels(model, "prompt").inc(prompt)
             if completion is not None:
                 metrics.TOKENS.labels(model, "completion").inc(completion)
+            if key_id:
+                self.gatekeeper.charge(key_id, model, prompt, completion)

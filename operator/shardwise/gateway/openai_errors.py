@@ -92,3 +92,27 @@ def not_synced(retry_after_s: int) -> Refusal:
 def shutting_down(retry_after_s: int) -> Refusal:
     return _refusal(503, "The gateway is shutting down; retry.", "server_error", code="service_unavailable",
                     retry_after_s=retry_after_s)
+
+
+def missing_api_key() -> Refusal:
+    return _refusal(401, "You didn't provide an API key. You need to provide your API key in an Authorization "
+                         "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).", "invalid_request_error",
+                    code="invalid_api_key")
+
+
+def invalid_api_key() -> Refusal:
+    # OpenAI echoes a masked part of the key; we echo none of it (a key is never written anywhere).
+    return _refusal(401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
+
+
+def model_not_allowed(model: str) -> Refusal:
+    """A model the key may not use reads as one that does not exist (OpenAI's 404, param model)."""
+    return _refusal(404, f"The model `{model}` does not exist or you do not have access to it.",
+                    "invalid_request_error", param="model", code="model_not_found")
+
+
+def over_quota(key_id: str, kind: str, limit: int | None, retry_after_s: int) -> Refusal:
+    what = {"requests": "requests per min (RPM)", "tokens": "tokens per min (TPM)",
+            "concurrency": "concurrent requests"}.get(kind, kind)
+    return _refusal(429, f"Rate limit reached for {what} on key {key_id}: Limit {limit}. Please try again in "
+                         f"{retry_after_s}s.", kind, code="rate_limit_exceeded", retry_after_s=retry_after_s)

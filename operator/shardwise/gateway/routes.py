@@ -31,6 +31,7 @@ class Route:
     scale_to_zero: bool
     desired_replicas: int  # status.desiredReplicas, else what the spec asks for
     created: str = ""
+    usd_per_million_output_tokens: float | None = None  # status.cost.perMillionOutputTokensUSD
 
     @property
     def waking(self) -> bool:
@@ -103,5 +104,11 @@ def build_table(infds: Iterable[Obj], pods: Iterable[Obj]) -> Table:
                               endpoints=endpoints.get((ns, meta["name"]), ()),
                               scale_to_zero=autoscaling.get("minReplicas") == 0,
                               desired_replicas=int(desired),
-                              created=meta.get("creationTimestamp") or "")
+                              created=meta.get("creationTimestamp") or "",
+                              usd_per_million_output_tokens=_price(infd))
     return Table(routes=routes, conflicts=tuple(conflicts))
+
+
+def _price(infd: Obj) -> float | None:
+    value = ((infd.get("status") or {}).get("cost") or {}).get("perMillionOutputTokensUSD")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None

@@ -28,6 +28,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from shardwise.api import v1alpha1 as api
 from shardwise.gateway import extproc, holding, metrics, picker, routes
 from shardwise.gateway.dispatcher import Dispatcher
+from shardwise.gateway.gatekeeper import AuthSettings, Gatekeeper
 from shardwise.gateway.observer import Observer
 from shardwise.kube import health
 from shardwise.kube.client import Kube
@@ -51,6 +52,7 @@ class Settings:
     wake_interval_s: float = 5.0
     scrape_interval_s: float = 2.0
     tick_s: float = 0.5
+    auth: AuthSettings | None = None  # None: no API keys (every caller is served)
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -70,7 +72,9 @@ def slim_infd(infd: dict[str, Any]) -> dict[str, Any]:
         if key in spec:
             slim_spec[key] = spec[key]
     return {"metadata": keep, "spec": slim_spec,
-            "status": {"desiredReplicas": (infd.get("status") or {}).get("desiredReplicas")}}
+            "status": {"desiredReplicas": (infd.get("status") or {}).get("desiredReplicas"),
+                       "cost": {"perMillionOutputTokensUSD": ((infd.get("status") or {}).get("cost") or {})
+                                .get("perMillionOutputTokensUSD")}}}
 
 
 def wake_patch(now: datetime.datetime) -> dict[str, Any]:
@@ -100,6 +104,18 @@ class Gateway:
                                       transform=slim_pod, on_change=self._changed, on_contact=self.contact.mark))
         self.threads = [threading.Thread(target=i.run, args=(self.stop,), name=i.name, daemon=True)
                         for i in self.infds + self.pods]
+        self.gatekeeper: Gatekeeper | None = None
+        self.keyring: Any = None
+        if settings.auth is not None:  # API keys: their informers, the quota store, the status writer
+            from shardwise.gateway.keyring import Keyring
+
+            self.gatekeeper = Gatekeeper(settings.auth, price_of=self._price_of)
+            self.keyring = Keyring(kube, self.gatekeeper, settings.namespaces, on_contact=self.contact.mark)
+            self.threads += self.keyring.threads(self.stop)
+
+    def _price_of(self, model: str) -> float | None:
+        route = self.dispatcher.table.get(model) if self.dispatcher is not None else None
+        return route.usd_per_million_output_tokens if route is not None else None
 
     # -- informers -> table -----------------------------------------------------------------
     def _changed(self, old: Any, new: Any) -> None:
@@ -126,6 +142,8 @@ class Gateway:
         self.dispatcher.synced.set()
         metrics.SYNCED.set(1)
         self._rebuild()
+        if self.keyring is not None:
+            self.keyring.rebuild()
         log.info("caches synced: %d models", len(self.dispatcher.table.routes))
 
     # -- wake -------------------------------------------------------------------------------
@@ -202,10 +220,12 @@ class Gateway:
                                      on_wake=self._wake)
         for thread in self.threads:
             thread.start()
-        threading.Thread(target=lambda: wait_for_sync(self.infds + self.pods, self.stop)
+        threading.Thread(target=lambda: wait_for_sync(self.infds + self.pods + (self.keyring.informers if self.keyring else []),
+                                                              self.stop)
                          and self._loop.call_soon_threadsafe(self._synced), name="sync", daemon=True).start()
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
-        pb_grpc.add_ExternalProcessorServicer_to_server(extproc.ExtProc(self.dispatcher, Observer()), server)
+        pb_grpc.add_ExternalProcessorServicer_to_server(extproc.ExtProc(self.dispatcher, Observer(self.gatekeeper),
+                                                                        self.gatekeeper), server)
         server.add_insecure_port(f"{self.settings.grpc_host}:{self.settings.grpc_port}")
         runner = web.AppRunner(self._http_app(), access_log=None)
         await runner.setup()
@@ -217,6 +237,10 @@ class Gateway:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, stopping.set)
         tasks = [asyncio.create_task(self._tick()), asyncio.create_task(self._scrape())]
+        if self.keyring is not None and self.gatekeeper is not None:
+            self.keyring.attach(self._loop)
+            tasks += [asyncio.create_task(self.gatekeeper.watch_store()),
+                      asyncio.create_task(self.keyring.write_statuses())]
         try:
             await stopping.wait()
         finally:

@@ -1,0 +1,308 @@
+"""API keys, quotas and usage per key at the front door, end to end: two gateway replicas
+(Envoy + `shardwise gateway serve --auth`) sharing one real Redis (Debian's redis-server), the
+session's control plane and operator, simulated engines.
+
+One namespace, two served models (`metered` for the quota tests, `billed` used by one key only,
+so its engine's own token counters are that key's usage) and one that is never placed. Each test
+makes its own keys (a Secret and an APIKey), so their buckets start full. The Redis test runs
+last: it stops the store and starts it again on the same port.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from shardwise.devcluster.cluster import LocalCluster
+from shardwise.devcluster.gateway import FrontDoor
+from shardwise.devcluster.processes import Process
+from shardwise.devcluster.redis import RedisServer
+from tests.e2e.support import Kubectl, eventually
+
+pytestmark = pytest.mark.e2e
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+METERED, BILLED, HIDDEN = "metered", "billed", "hidden"
+
+
+def manifest(name: str, *, product: str = "NVIDIA-H100-80GB-HBM3") -> str:
+    return json.dumps({"apiVersion": "shardwise.io/v1alpha1", "kind": "InferenceDeployment",
+                       "metadata": {"name": name},
+                       "spec": {"model": {"name": "Qwen/Qwen2.5-7B-Instruct", "servedName": name},
+                                "serving": {"maxModelLen": 4096, "maxConcurrency": 16},
+                                "parallelism": {"objective": "Cost"}, "placement": {"gpuProducts": [product]},
+                                "replicas": 1}})
+
+
+class Setup:
+    def __init__(self, kubectl: Kubectl, redis: RedisServer, a: FrontDoor, b: FrontDoor) -> None:
+        self.kubectl, self.redis, self.a, self.b = kubectl, redis, a, b
+
+    def key(self, name: str, **spec: Any) -> str:
+        """A new key (Secret + APIKey); returns the token."""
+        token = f"sk-{uuid.uuid4().hex}"
+        secret = {"apiVersion": "v1", "kind": "Secret",
+                  "metadata": {"name": f"{name}-key", "labels": {"shardwise.io/api-key": "true"}},
+                  "stringData": {"key": token}}
+        apikey = {"apiVersion": "shardwise.io/v1alpha1", "kind": "APIKey", "metadata": {"name": name},
+                  "spec": {"secretName": f"{name}-key", **spec}}
+        self.kubectl.apply_yaml(json.dumps({"apiVersion": "v1", "kind": "List", "items": [secret, apikey]}))
+        return token
+
+
+@pytest.fixture(scope="module")
+def front(cluster: LocalCluster, operator: Any) -> Iterator[Setup]:
+    namespace = f"gwk-{uuid.uuid4().hex[:8]}"
+    cluster.install_crd(ROOT / "crds/apikeys.shardwise.io.yaml")
+    cluster.kubectl("create", "namespace", namespace)
+    kubectl = Kubectl(cluster, namespace)
+    fleet = Process(f"gwk-fleet-{namespace}", [sys.executable, "-m", "shardwise_runtime.sim.server", "fleet",
+                                               "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace],
+                    cluster.log_dir / f"gwk-fleet-{namespace}.log", env={"PYTHONUNBUFFERED": "1"})
+    redis = RedisServer(cluster.log_dir, name=f"redis-{namespace}")
+    args = ("--auth", "--redis-url", redis.url, "--quota-fallback-share", "2", "--key-status-interval", "1",
+            "--lease-namespace", namespace)
+    doors = [FrontDoor(cluster.kubeconfig, cluster.log_dir, name=f"gwk-{x}-{namespace}", namespaces=(namespace,),
+                       envoy_concurrency=1, extra_args=args) for x in "ab"]
+    fleet.start()
+    redis.start()
+    try:
+        for name in (METERED, BILLED):
+            kubectl.apply_yaml(manifest(name))
+        kubectl.apply_yaml(manifest(HIDDEN, product="NVIDIA-B200"))  # never placed
+        for door in doors:
+            door.start()
+        setup = Setup(kubectl, redis, *doors)
+        probe = setup.key("probe", models=[METERED])
+        for door in doors:
+            eventually(lambda: _post(door, probe, METERED).status_code == 200, timeout=90, what="metered served")
+        yield setup
+    finally:
+        for door in doors:
+            door.stop()
+        redis.stop()
+        fleet.stop()
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _post(door: FrontDoor, token: str | None, model: str, *, max_tokens: int = 1, path: str = "completions",
+          **extra: Any) -> httpx.Response:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    body = ({"model": model, "prompt": "x", "max_tokens": max_tokens} if path == "completions"
+            else {"model": model, "messages": [{"role": "user", "content": "x"}], "max_tokens": max_tokens})
+    return httpx.post(f"{door.base_url}/{path}", json={**body, **extra}, headers=headers, timeout=30)
+
+
+def _metric(door: FrontDoor, series: str) -> float:
+    for line in httpx.get(door.metrics_url).text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _status(front: Setup, name: str) -> dict[str, Any]:
+    return (front.kubectl.get("apikey", name) or {}).get("status") or {}
+
+
+def _condition(front: Setup, name: str, type_: str) -> str | None:
+    return next((c["status"] for c in _status(front, name).get("conditions", []) if c["type"] == type_), None)
+
+
+def test_no_key_bad_key_and_models_the_key_cannot_see(front: Setup) -> None:
+    token = front.key("narrow", models=[METERED])
+    eventually(lambda: _post(front.a, token, METERED).status_code == 200, timeout=5, what="narrow key works")
+    missing = _post(front.a, None, METERED)
+    assert missing.status_code == 401 and missing.json()["error"]["code"] == "invalid_api_key"
+    wrong = _post(front.b, "sk-not-a-key", METERED)
+    assert wrong.status_code == 401 and wrong.json()["error"] == {
+        "message": "Incorrect API key provided.", "type": "invalid_request_error", "param": None,
+        "code": "invalid_api_key"}
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=front.a.base_url, api_key="sk-wrong", max_retries=0).models.list()
+    hidden = _post(front.a, token, HIDDEN)
+    assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "model_not_found"
+    client = openai.OpenAI(base_url=front.a.base_url, api_key=token, max_retries=0)
+    assert [m.id for m in client.models.list()] == [METERED]
+    assert httpx.get(f"{front.a.base_url}/models/{HIDDEN}", headers={"authorization": f"Bearer {token}"}
+                     ).status_code == 404
+
+
+def _burst(door: FrontDoor, token: str, n: int) -> list[httpx.Response]:
+    out: list[httpx.Response] = []
+    threads = [threading.Thread(target=lambda: out.append(_post(door, token, METERED))) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_over_requests_per_minute_429_and_retry_after_honoured(front: Setup) -> None:
+    token = front.key("rpm", requestsPerMinute=20)
+    eventually(lambda: _post(front.a, token, METERED).status_code == 200, timeout=5, what="rpm key works")
+    codes = sorted(r.status_code for r in _burst(front.a, token, 19))
+    assert codes == [200] * 19
+    refused = _post(front.b, token, METERED)  # the other replica: the bucket is shared
+    assert refused.status_code == 429
+    error = refused.json()["error"]
+    assert error["code"] == "rate_limit_exceeded" and error["type"] == "requests"
+    wait = int(refused.headers["retry-after"])
+    assert 1 <= wait <= 3  # 20/min refills one request in 3 s
+    time.sleep(wait)  # honouring Retry-After is the protocol under test
+    assert _post(front.b, token, METERED).status_code == 200
+    eventually(lambda: _metric(front.b, 'shardwise_gateway_rate_limited_total{key="%s/rpm",limit="requests"}'
+                               % front.kubectl.namespace) >= 1, timeout=5, what="429 counted")
+
+
+def test_over_tokens_per_minute_429_and_retry_after_honoured(front: Setup) -> None:
+    token = front.key("tpm", tokensPerMinute=600)
+    eventually(lambda: _post(front.a, token, METERED).status_code == 200, timeout=5, what="tpm key works")
+    big = _post(front.a, token, METERED, max_tokens=600)  # overdraws the minute: charged from its usage
+    assert big.status_code == 200
+    refused = eventually(lambda: (r := _post(front.b, token, METERED)).status_code == 429 and r, timeout=5,
+                         what="the usage charged: 429 for tokens")
+    assert refused.json()["error"]["type"] == "tokens"
+    wait = int(refused.headers["retry-after"])
+    assert 1 <= wait <= 10
+    time.sleep(wait)
+    assert _post(front.b, token, METERED).status_code == 200
+
+
+def test_two_replicas_hold_one_limit_within_5_percent(front: Setup) -> None:
+    rpm, window = 120, 12.0
+    token = front.key("shared", requestsPerMinute=rpm)
+    eventually(lambda: _post(front.a, token, METERED).status_code == 200, timeout=5, what="shared key works")
+    # The bucket refills from the first request; it holds one minute's burst (120) plus 2/s after.
+    admitted = {"a": 1, "b": 0}
+    lock = threading.Lock()
+    start = time.monotonic()
+    deadline = start + window
+
+    def hammer(name: str, door: FrontDoor) -> None:
+        with httpx.Client(timeout=30) as client:
+            while time.monotonic() < deadline:
+                r = client.post(f"{door.base_url}/completions", headers={"authorization": f"Bearer {token}"},
+                                json={"model": METERED, "prompt": "x", "max_tokens": 1})
+                if r.status_code == 200:
+                    with lock:
+                        admitted[name] += 1
+                else:
+                    assert r.status_code == 429
+                    time.sleep(0.05)
+
+    threads = [threading.Thread(target=hammer, args=(n, d)) for n, d in
+               (("a", front.a), ("a", front.a), ("b", front.b), ("b", front.b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - start
+    expected = rpm + elapsed * rpm / 60
+    total = admitted["a"] + admitted["b"]
+    assert admitted["a"] > 0 and admitted["b"] > 0
+    assert abs(total - expected) <= 0.05 * expected, (admitted, expected)
+
+
+def test_key_created_and_revoked_within_5_seconds_a_stream_in_flight_finishes(front: Setup) -> None:
+    started = time.monotonic()
+    token = front.key("fresh")
+    eventually(lambda: _post(front.b, token, METERED).status_code == 200, timeout=5, interval=0.1,
+               what="a new key works within 5 s")
+    created_s = time.monotonic() - started
+    lines: list[str] = []
+
+    def stream() -> None:
+        with httpx.stream("POST", f"{front.a.base_url}/completions", headers={"authorization": f"Bearer {token}"},
+                          json={"model": METERED, "prompt": "x", "max_tokens": 150, "stream": True},
+                          timeout=60) as response:
+            lines.extend(response.iter_lines())
+
+    reader = threading.Thread(target=stream)
+    reader.start()
+    eventually(lambda: lines, timeout=10, interval=0.05, what="the stream started")
+    revoked = time.monotonic()
+    front.kubectl.run("delete", "apikey", "fresh")
+    eventually(lambda: _post(front.a, token, METERED).status_code == 401, timeout=5, interval=0.1,
+               what="a revoked key refused within 5 s")
+    revoked_s = time.monotonic() - revoked
+    assert reader.is_alive(), "the stream ended before the revocation took effect: make it longer"
+    reader.join(30)
+    assert [x for x in lines if x][-1] == "data: [DONE]"  # the stream it started finished
+    assert created_s < 5 and revoked_s < 5
+
+
+def _engine_tokens(front: Setup, model: str) -> int:
+    pods = front.kubectl.get("pods", selector=f"shardwise.io/inference-deployment={model}")["items"]
+    total = 0.0
+    for pod in pods:
+        text = httpx.get(f"http://{pod['status']['podIP']}:8000/metrics", timeout=5).text
+        for line in text.splitlines():
+            if line.startswith(("vllm:prompt_tokens_total{", "vllm:generation_tokens_total{")):
+                total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def test_usage_on_kubectl_get_matches_the_engine_counters(front: Setup) -> None:
+    token = front.key("meter", models=[BILLED])
+    before = _engine_tokens(front, BILLED)
+    eventually(lambda: _post(front.a, token, BILLED).status_code == 200, timeout=60, what="billed served")
+    client_a = openai.OpenAI(base_url=front.a.base_url, api_key=token, max_retries=0)
+    client_b = openai.OpenAI(base_url=front.b.base_url, api_key=token, max_retries=0)
+    for client in (client_a, client_b):
+        client.completions.create(model=BILLED, prompt="one two three", max_tokens=7)
+        client.chat.completions.create(model=BILLED, messages=[{"role": "user", "content": "hello"}], max_tokens=9)
+        chunks = list(client.chat.completions.create(model=BILLED, messages=[{"role": "user", "content": "s"}],
+                                                     max_tokens=11, stream=True))
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 11  # asked for by the gateway
+    engine = eventually(lambda: (n := _engine_tokens(front, BILLED) - before) > 0 and n, timeout=10,
+                        what="engine counters moved")
+
+    def matches() -> Any:
+        status = _status(front, "meter")
+        total = status.get("totalTokens", 0)
+        return abs(total - engine) <= 0.01 * engine and status
+    status = eventually(matches, timeout=15, what=f"status tokens within 1% of the engine's {engine}")
+    assert status["requests"] >= 6
+    assert status["promptTokens"] + status["completionTokens"] == status["totalTokens"]
+    table = front.kubectl.run("get", "apikey", "meter").stdout
+    header, row = table.splitlines()[:2]
+    assert header.split()[:7] == ["NAME", "READY", "RPM", "TPM", "REQUESTS", "TOKENS", "COST-USD"]
+    assert row.split()[0] == "meter" and int(row.split()[3]) >= status["totalTokens"]  # RPM/TPM empty
+    ns = front.kubectl.namespace
+    metric = sum(_metric(d, f'shardwise_gateway_key_tokens_total{{direction="{x}",key="{ns}/meter"}}')
+                 for d in (front.a, front.b) for x in ("prompt", "completion"))
+    assert abs(metric - engine) <= 0.01 * engine
+    assert _condition(front, "meter", "Ready") == "True" and _condition(front, "meter", "QuotaShared") == "True"
+
+
+def test_redis_away_per_replica_limits_then_shared_again(front: Setup) -> None:
+    token = front.key("fallback", requestsPerMinute=20)
+    eventually(lambda: _condition(front, "fallback", "QuotaShared") == "True", timeout=10, what="shared")
+    front.redis.stop()
+    try:
+        for door in (front.a, front.b):
+            eventually(lambda: _metric(door, "shardwise_gateway_quota_store_up") == 0, timeout=5,
+                       what="quota_store_up 0")
+        eventually(lambda: _condition(front, "fallback", "QuotaShared") == "False", timeout=10,
+                   what="QuotaShared False on the key")
+        # Each replica allows its half of the limit (20 / 2 replicas), and keeps serving.
+        codes = sorted(r.status_code for r in _burst(front.a, token, 12))
+        assert codes.count(200) == 10 and codes.count(429) == 2, codes
+    finally:
+        front.redis.start()
+    for door in (front.a, front.b):
+        eventually(lambda: _metric(door, "shardwise_gateway_quota_store_up") == 1, timeout=5, what="store up")
+    eventually(lambda: _condition(front, "fallback", "QuotaShared") == "True", timeout=10, what="shared again")
+    # Redis came back empty: one full shared bucket of 20 across both replicas.
+    results = _burst(front.a, token, 13) + _burst(front.b, token, 13)
+    assert 20 <= sum(r.status_code == 200 for r in results) <= 21
