@@ -5,6 +5,7 @@ need=()
 command -v openssl >/dev/null || need+=(openssl)
 command -v git >/dev/null || need+=(git)
 command -v make >/dev/null || need+=(make)
+command -v redis-server >/dev/null || need+=(redis-server)  # the gateway's quota store in tests
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 # promtool and a Prometheus server (metrics and rules lint, tests/e2e/test_observability.py) and
 # headless Chromium (the console's e2e test): together ~100 MB of downloads, ~40 s cold.

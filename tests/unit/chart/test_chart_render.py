@@ -255,3 +255,33 @@ def test_engine_pods_take_traffic_only_from_the_gateway_and_the_operator(render:
     assert policies[0]["spec"]["podSelector"]["matchExpressions"][0]["key"] == "shardwise.io/inference-deployment"
     assert not [o for o in render("gateway.enabled=true", "gateway.networkPolicy.enabled=false")
                 if o["kind"] == "NetworkPolicy"]
+
+
+def test_gateway_auth_reads_keys_writes_their_status_and_elects_one_writer(render: Render) -> None:
+    assert not [o for o in render("gateway.enabled=true") if o["kind"] == "CustomResourceDefinition"
+                and o["metadata"]["name"] == "apikeys.shardwise.io"]
+    objects = render("gateway.enabled=true", "gateway.auth.enabled=true", "gateway.redis.url=redis://redis:6379/0")
+    rules = rules_of(objects, "ClusterRole", "rel-shardwise-gateway")
+    assert rules[("shardwise.io", "apikeys")] == {"get", "list", "watch"}
+    assert rules[("shardwise.io", "apikeys/status")] == {"patch"}
+    assert rules[("", "secrets")] == {"list", "watch"}  # never get: only the labelled ones, watched
+    role = find(objects, "Role", "rel-shardwise-gateway-keys")
+    assert any(r.get("resourceNames") == ["shardwise-gateway-keys"] for r in role["rules"])
+    crd = find(objects, "CustomResourceDefinition", "apikeys.shardwise.io")
+    assert crd["spec"]["names"]["kind"] == "APIKey"
+    args = find(objects, "Deployment", "rel-shardwise-gateway")["spec"]["template"]["spec"]["containers"][1]["args"]
+    assert "--auth" in args and "--redis-url=redis://redis:6379/0" in args
+    assert "--quota-fallback-share=2" in args and "--auth-anonymous" not in args
+
+
+def test_gateway_auth_values_are_checked(render: Render) -> None:
+    with pytest.raises(Exception):
+        render("gateway.enabled=true", "gateway.auth.enabled=true", "gateway.auth.unknown=1")
+    with pytest.raises(Exception):
+        render("gateway.enabled=true", "gateway.redis.url=http://not-redis")
+
+
+def test_the_chart_carries_the_apikey_crd_byte_for_byte() -> None:
+    root = pathlib.Path(__file__).resolve().parents[3]
+    assert (root / "crds/apikeys.shardwise.io.yaml").read_text() == \
+        (root / "charts/shardwise/files/apikeys.shardwise.io.yaml").read_text()
