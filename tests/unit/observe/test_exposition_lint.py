@@ -12,7 +12,7 @@ import pathlib
 
 import prometheus_client
 
-import shardwise.controller  # noqa: F401  (registers the manager's series on the operator's registry)
+import shardwise.controller.manager  # noqa: F401  (registers the manager's series on the operator's registry)
 from shardwise.gateway import metrics as gateway_metrics
 from shardwise.observe import operator_metrics
 from shardwise_runtime.sim import metrics as sim_metrics
