@@ -211,6 +211,8 @@ def test_two_replicas_hold_one_limit_within_5_percent(front: Setup) -> None:
     total = admitted["a"] + admitted["b"]
     assert admitted["a"] > 0 and admitted["b"] > 0
     assert abs(total - expected) <= 0.05 * expected, (admitted, expected)
+    checks = {s: _metric(front.a, f"shardwise_gateway_quota_check_seconds_{s}") for s in ("count", "sum")}
+    print(f"quota check: {checks['count']:.0f} checks, mean {checks['sum'] / max(1, checks['count']) * 1e3:.2f} ms")
 
 
 def test_key_created_and_revoked_within_5_seconds_a_stream_in_flight_finishes(front: Setup) -> None:
