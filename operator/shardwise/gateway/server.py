@@ -26,7 +26,7 @@ from aiohttp import web
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from shardwise.api import v1alpha1 as api
-from shardwise.gateway import extproc, holding, metrics, picker, routes
+from shardwise.gateway import console, consoleweb, extproc, holding, metrics, picker, routes
 from shardwise.gateway.dispatcher import Dispatcher
 from shardwise.gateway.gatekeeper import AuthSettings, Gatekeeper
 from shardwise.gateway.observer import Observer
@@ -71,7 +71,7 @@ def slim_infd(infd: dict[str, Any]) -> dict[str, Any]:
     for key in ("replicas", "autoscaling"):
         if key in spec:
             slim_spec[key] = spec[key]
-    return {"metadata": keep, "spec": slim_spec,
+    return {"metadata": keep, "spec": slim_spec, "console": console.figures(infd),
             "status": {"desiredReplicas": (infd.get("status") or {}).get("desiredReplicas"),
                        "cost": {"perMillionOutputTokensUSD": ((infd.get("status") or {}).get("cost") or {})
                                 .get("perMillionOutputTokensUSD")}}}
@@ -212,6 +212,7 @@ class Gateway:
         app.router.add_get("/healthz", probe(live))
         app.router.add_get("/readyz", probe(ready))
         app.router.add_get("/metrics", scrape)
+        consoleweb.add_routes(app, self)
         return app
 
     async def run(self) -> None:

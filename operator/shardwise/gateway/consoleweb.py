@@ -1,0 +1,89 @@
+"""The live console's shell: `/console` on the gateway's HTTP port, and its one-a-minute sampler.
+
+Reads only what the gateway already holds: its InferenceDeployment informers (whose slim copies
+carry `console.figures`), its own per-key series, and the History kept here in memory. The page
+itself is console.render's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from shardwise.gateway import console, metrics
+
+
+class Source(Protocol):
+    """What the console needs of the gateway process."""
+
+    infds: list[Any]
+    settings: Any
+
+
+def _models(gateway: Source) -> list[tuple[str, str, str, dict[str, Any]]]:
+    out = []
+    for informer in gateway.infds:
+        for obj in informer.items():
+            meta = obj.get("metadata") or {}
+            served = ((obj.get("spec") or {}).get("model") or {}).get("servedName") or meta.get("name", "")
+            out.append((meta.get("namespace", ""), meta.get("name", ""), served, obj.get("console") or {}))
+    return sorted(out)
+
+
+def _key_samples() -> list[tuple[str, dict[str, str], float]]:
+    return [(s.name, dict(s.labels), s.value) for family in metrics.REGISTRY.collect()
+            for s in family.samples if "key" in s.labels]
+
+
+class Console:
+    def __init__(self, gateway: Source, clock: Callable[[], float] = time.time,
+                 sample_every_s: float = console.EVERY_S, refresh_s: float = 10.0) -> None:
+        self.gateway, self.clock = gateway, clock
+        self.history = console.History()
+        self.sample_every_s, self.refresh_s = sample_every_s, refresh_s
+
+    def sample(self) -> list[tuple[str, str, str, dict[str, Any]]]:
+        models = _models(self.gateway)
+        now = self.clock()
+        for namespace, name, _, fig in models:
+            self.history.record(f"{namespace}/{name}", now, fig)
+        self.history.forget_except(f"{ns}/{n}" for ns, n, _, _ in models)
+        return models
+
+    def view(self) -> console.View:
+        models = self.sample()
+        return console.View(
+            models=[console.ModelView(ns, name, served, fig, self.history.series(f"{ns}/{name}"))
+                    for ns, name, served, fig in models],
+            keys=console.key_rows(_key_samples()),
+            keys_enabled=getattr(self.gateway.settings, "auth", None) is not None,
+            generated_at=datetime.datetime.fromtimestamp(self.clock(), datetime.timezone.utc)
+            .strftime("%Y-%m-%d %H:%M:%S UTC"),
+            refresh_s=self.refresh_s)
+
+    async def handle(self, _: web.Request) -> web.Response:
+        return web.Response(text=console.render(self.view()), content_type="text/html",
+                            headers={"cache-control": "no-store"})
+
+    async def _sampler(self, _: web.Application) -> AsyncIterator[None]:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(self.sample_every_s)
+                self.sample()
+
+        task = asyncio.create_task(loop())
+        yield
+        task.cancel()
+
+
+def add_routes(app: web.Application, gateway: Source) -> Console:
+    """Serve the console at /console on the gateway's HTTP app, sampling its history meanwhile."""
+    page = Console(gateway)
+    app.router.add_get("/console", page.handle)
+    app.cleanup_ctx.append(page._sampler)
+    return page
