@@ -62,6 +62,9 @@ class Observer:
         self._clock = clock
         self._tracked: dict[Key, _Tracked] = {}
         self._quiet = QuietLog(log, "metrics cycle")
+        # A prediction that cannot be made is a planner bug: said (boundedly), never at the cost
+        # of the observed figures it would have been compared with.
+        self._prediction_failed = QuietLog(log, "predicting at the observed load")
         self.calibrator = calibration.Calibrator(kube, settings.namespace)
 
     def latest(self, namespace: str, name: str) -> aggregate.Summary | None:
@@ -131,7 +134,11 @@ class Observer:
         latency = {**status.status_latency(summary), "scrapeErrors": len(result.errors)}
         ready = int((item.get("status") or {}).get("readyReplicas") or 0)
         figures = {"latency": latency, "cost": status_cost(plan, ready, spec, prices, summary)}
-        prediction = await asyncio.to_thread(self.calibrator.observe, item.get("spec") or {}, plan, summary)
+        try:
+            prediction = await asyncio.to_thread(self.calibrator.observe, item.get("spec") or {}, plan, summary)
+        except Exception as exc:  # noqa: BLE001 - latency and cost still go on the status without it
+            self._prediction_failed.failure(exc)
+            prediction = None
         if prediction is not None:
             figures["prediction"] = prediction
         observed = Observed(figures, len(targets), result.errors)

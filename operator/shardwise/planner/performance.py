@@ -151,7 +151,8 @@ def _touched_weight_bytes(work: Workload, tokens: float) -> float:
 def _hops_s(hw: Hardware, pp: int, message_bytes: float) -> float:
     inter = hw.inter_node_hops
     intra = pp - 1 - inter
-    intra_s = intra * (INTRA_NODE_HOP_LATENCY_S + message_bytes / (hw.stage_link.gbps * 1e9))
+    # No hop, no link to cross: a one-GPU "domain" may carry a link of 0 GB/s (nothing to divide by).
+    intra_s = intra * (INTRA_NODE_HOP_LATENCY_S + message_bytes / (hw.stage_link.gbps * 1e9)) if intra > 0 else 0.0
     inter_s = inter * (INTER_NODE_LATENCY_S + message_bytes / (INTER_NODE_GBPS * 1e9))
     return intra_s + inter_s
 

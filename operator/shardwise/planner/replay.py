@@ -21,6 +21,8 @@ def _shape(plan: Mapping[str, Any]) -> inventory.GpuShape:
     interconnect = str(plan.get("interconnect") or "pcie")
     per_node = int(plan.get("gpusPerNode") or 1)
     domain = {"nvswitch": per_node, "nvlink": 2}.get(interconnect, 1)
+    if domain <= 1:  # one GPU per pod: no NVLink to speak of, whatever the node has
+        interconnect = "pcie"
     return inventory.GpuShape(
         product=product,
         gpu=gpu,
