@@ -53,6 +53,11 @@ OPERATOR_ALLOWED = [
     ("watch", "leaderworkersets.leaderworkerset.x-k8s.io", ""),
     ("delete", "leaderworkersets.leaderworkerset.x-k8s.io", "ns"),
     ("delete", "deployments.apps", "ns"),  # the replaced workload after a re-plan, owned only
+    # spec.routing's children (optional CRDs): watched, applied, deleted when routing goes.
+    *((verb, resource, where) for resource in ("inferencepools.inference.networking.k8s.io",
+                                               "httproutes.gateway.networking.k8s.io")
+      for verb, where in (("list", ""), ("watch", ""), ("get", "ns"), ("create", "ns"), ("patch", "ns"),
+                          ("delete", "ns"))),
     ("list", "nodes", ""),
     ("list", "pods", ""),
     ("list", "pods", "ns"),
@@ -97,6 +102,8 @@ OPERATOR_DENIED = [
     ("patch", "inferencedeployments.shardwise.io", "ns"),  # spec belongs to the user
     ("delete", "inferencedeployments.shardwise.io", "ns"),
     ("delete", "services", "ns"),
+    ("patch", "gateways.gateway.networking.k8s.io", "ns"),  # routing attaches to the user's Gateway, never edits it
+    ("patch", "inferencepools.inference.networking.k8s.io/status", "ns"),  # the gateway's to write
     ("create", "pods", "ns"),
     ("create", "pods/exec", "ns"),
     ("get", "configmaps/other", "release"),

@@ -62,6 +62,15 @@ def service_name(name: str) -> str:
     return name
 
 
+def inference_pool_name(name: str) -> str:
+    """The InferencePool (spec.routing): named like the Service, so a person finds one from the other."""
+    return name
+
+
+def http_route_name(name: str) -> str:
+    return name
+
+
 def leaderworkerset_name(name: str) -> str:
     """Not the resource's own name, which the client Service keeps: LWS makes a headless Service
     named after the LeaderWorkerSet for its pods' DNS, and two Services cannot share a name."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from shardwise.api import checks, extra_args, images, model_ids
 from shardwise.api.names import MAX_REPLICAS
@@ -426,6 +426,66 @@ class RolloutSpec(_Model):
     )
 
 
+class FailureMode(str, Enum):
+    FailOpen = "FailOpen"
+    FailClose = "FailClose"
+
+
+class EndpointPickerSpec(_Model):
+    name: str = Field(
+        ..., min_length=1, max_length=63, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$",
+        description="Service (in this namespace) of the endpoint picker the gateway asks which pod serves a "
+        "request: shardwise's picker, or an llm-d / Gateway API Inference Extension EPP.",
+    )
+    port: int = Field(9002, ge=1, le=65535, description="The picker Service's port (its ext_proc gRPC port).")
+    failureMode: FailureMode = Field(
+        FailureMode.FailClose,
+        description="When the picker does not answer: FailClose drops the request, FailOpen lets the gateway "
+        "pick a pod of the pool itself.",
+    )
+
+
+class InferencePoolRouting(_Model):
+    enabled: bool = Field(True, description="Own an InferencePool (inference.networking.k8s.io/v1) named after "
+                          "this resource, selecting exactly its serving pods.")
+    endpointPicker: EndpointPickerSpec = Field(..., description="The pool's endpointPickerRef.")
+
+
+class GatewayRef(_Model):
+    name: str = Field(..., min_length=1, max_length=253, description="Name of the Gateway.")
+    namespace: str | None = Field(
+        None, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Namespace of the Gateway (default: this resource's; another needs the Gateway's "
+        "allowedRoutes to admit this namespace).",
+    )
+    sectionName: str | None = Field(None, max_length=253, description="The Gateway listener to attach to.")
+
+
+class HTTPRouteRouting(_Model):
+    gatewayRef: GatewayRef = Field(..., description="The Gateway the HTTPRoute is parented to.")
+
+
+class RoutingSpec(_Model):
+    inferencePool: InferencePoolRouting | None = Field(
+        None, description="An InferencePool for a Gateway API Inference Extension gateway.")
+    httpRoute: HTTPRouteRouting | None = Field(
+        None, description="Also own an HTTPRoute (gateway.networking.k8s.io/v1) sending requests whose "
+        "X-Gateway-Base-Model-Name header is the served model name to the pool; needs inferencePool.",
+    )
+
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("!has(self.httpRoute) || (has(self.inferencePool) && self.inferencePool.enabled)",
+         "routing.httpRoute sends requests to the InferencePool: it needs routing.inferencePool enabled"),
+    ))
+
+    @model_validator(mode="after")
+    def _route_needs_pool(self) -> RoutingSpec:
+        if self.httpRoute is not None and not (self.inferencePool is not None and self.inferencePool.enabled):
+            raise ValueError("routing.httpRoute sends requests to the InferencePool: it needs "
+                             "routing.inferencePool enabled")
+        return self
+
+
 class InferenceDeploymentSpec(_Model):
     model: ModelSpec = Field(..., description="The model to serve.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="vLLM serving settings.", **_EMPTY)
@@ -445,6 +505,10 @@ class InferenceDeploymentSpec(_Model):
     pricing: PricingSpec = Field(default_factory=PricingSpec, description="GPU price used for cost figures.", **_EMPTY)
     rollout: RolloutSpec = Field(
         default_factory=RolloutSpec, description="How a new version replaces the running one.", **_EMPTY
+    )
+    routing: RoutingSpec | None = Field(
+        None, description="Standard routing objects for an existing Gateway API Inference Extension gateway "
+        "(docs/gateway.md)."
     )
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{

@@ -4,7 +4,9 @@
 | ---------------------- | ------------------------------------------------------------ | ------------- |
 | InferenceDeployments   | per watched namespace (or cluster-wide)                      | whole object  |
 | Deployments, Services, | per watched namespace, server-side label selector: only      | whole object  |
-| LeaderWorkerSets       | objects carrying the instance label (our children)           |               |
+| LeaderWorkerSets,      | objects carrying the instance label (our children); the last |               |
+| InferencePools,        | three are optional (CRD absent: empty, relisted each minute) |               |
+| HTTPRoutes             |                                                              |               |
 | Nodes                  | cluster-wide                                                 | GPU nodes, slim; others as a name |
 | Pods                   | cluster-wide, non-terminal (field selector)                  | ours and GPU pods, slim |
 | PersistentVolumeClaims | per watched namespace, model-cache label (our weight caches) | whole object  |
@@ -26,6 +28,7 @@ from shardwise.api import v1alpha1 as api
 from shardwise.kube.informer import Informer, Obj, strip_managed_fields
 from shardwise.kube.client import Kube
 from shardwise.render import modelcache as mc
+from shardwise.render import routing
 from shardwise.render.labels import INSTANCE_LABEL
 from shardwise.rollout import pods as rollout_pods
 
@@ -36,8 +39,13 @@ CHILD_KINDS = {
     ("apps/v1", "Deployment"): "/apis/apps/v1",
     ("v1", "Service"): "/api/v1",
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "/apis/leaderworkerset.x-k8s.io/v1",
+    (routing.POOL_API_VERSION, routing.POOL_KIND): f"/apis/{routing.POOL_API_VERSION}",
+    (routing.ROUTE_API_VERSION, routing.ROUTE_KIND): f"/apis/{routing.ROUTE_API_VERSION}",
 }
-_PLURALS = {"Deployment": "deployments", "Service": "services", "LeaderWorkerSet": "leaderworkersets"}
+_PLURALS = {"Deployment": "deployments", "Service": "services", "LeaderWorkerSet": "leaderworkersets",
+            routing.POOL_KIND: routing.POOL_PLURAL, routing.ROUTE_KIND: routing.ROUTE_PLURAL}
+# Add-ons whose CRDs may be absent: an empty, synced store then, and a relist a minute later.
+_OPTIONAL_KINDS = {"LeaderWorkerSet", routing.POOL_KIND, routing.ROUTE_KIND}
 
 
 # -- slim forms (pure) -----------------------------------------------------------------------
@@ -193,7 +201,7 @@ class Caches:
                 ns: Informer(kube, f"{kind}s{'/' + ns if ns else ''}", path(prefix, _PLURALS[kind], ns),
                              label_selector=INSTANCE_LABEL, on_change=self._child_changed,
                              transform=typed(api_version, kind),
-                             optional=kind == "LeaderWorkerSet", **common)
+                             optional=kind in _OPTIONAL_KINDS, **common)
                 for ns in scopes}
         claims = ("v1", "PersistentVolumeClaim")
         self._by_kind[claims] = {

@@ -27,7 +27,7 @@ from shardwise.controller.settings import Settings
 from shardwise.decide import reconcile as deciding
 from shardwise.decide.workload_health import Failure
 from shardwise.kube.client import ApiException
-from shardwise.render import labels, leaderworkerset
+from shardwise.render import labels, leaderworkerset, routing
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +70,21 @@ def gather(cluster: Cluster, settings: Settings, namespace: str, name: str,
         return deciding.Snapshot(infd=infd, now=now, nodes=nodes, gpu_pods=[], pods=[], children={},
                                  owned_workloads={}, lws_installed=True)
     lws_installed = cluster.installed(leaderworkerset.API_VERSION, leaderworkerset.KIND, namespace)
+    pool_installed = cluster.installed(routing.POOL_API_VERSION, routing.POOL_KIND, namespace)
+    route_installed = cluster.installed(routing.ROUTE_API_VERSION, routing.ROUTE_KIND, namespace)
     stored_plan = (infd.get("status") or {}).get("plan")
-    checked = deciding.keys_to_check(name, stored_plan, lws_installed=lws_installed)
+    checked = deciding.keys_to_check(name, stored_plan, lws_installed=lws_installed, spec=spec,
+                                     pool_installed=pool_installed, route_installed=route_installed)
     # Children carrying our label are in the cache; a namesake of someone else's is read live,
     # only for the names this pass may create (at steady state, every one is cached).
     looked_up = {key: cluster.get(key[0], key[1], namespace, key[2]) for key in checked}
     owned = {key: (looked_up[key] if key in looked_up else cluster.get_cached(key[0], key[1], namespace, key[2]))
-             for key in deciding.child_keys(name)[1:]
+             for key in deciding.workload_keys(name)
              if key[1] != leaderworkerset.KIND or lws_installed}
+    # Routing children spec.routing no longer asks for are deleted: the cache's only (ours carry the label).
+    served = {routing.POOL_KIND: pool_installed, routing.ROUTE_KIND: route_installed}
+    owned_routing = {key: (looked_up[key] if key in looked_up else cluster.get_cached(key[0], key[1], namespace, key[2]))
+                     for key in deciding.routing_keys(name) if served[key[1]]}
     prices = learned = None
     resolved = Resolved()
     if deciding.wants_new_plan(infd, spec, nodes):
@@ -92,7 +99,8 @@ def gather(cluster: Cluster, settings: Settings, namespace: str, name: str,
         owned_workloads=owned, cache=modelcache.gather(cluster, settings, namespace, spec),
         prices=prices, learned=learned, architecture=resolved.architecture,
         architecture_failure=resolved.failure, runtime_image=settings.runtime_image,
-        downloader_image=settings.downloader_image)
+        downloader_image=settings.downloader_image, pool_installed=pool_installed,
+        route_installed=route_installed, owned_routing=owned_routing)
 
 
 def look_up(cluster: Cluster, snapshot: deciding.Snapshot,

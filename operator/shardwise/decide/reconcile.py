@@ -34,13 +34,14 @@ import pydantic
 
 from shardwise.api import v1alpha1 as api
 from shardwise.decide import cachestate, missing_api, modelcache, ownership, planning, progress, rollouts
+from shardwise.decide import routing as routing_status
 from shardwise.decide.transitions import Announcement, transitions
 from shardwise.decide.workload_health import Failure
 from shardwise.kube.compare import contains, merge_patch
 from shardwise.planner import plans
 from shardwise.planner.models import ModelArch
 from shardwise.api import names
-from shardwise.render import children, leaderworkerset
+from shardwise.render import children, leaderworkerset, routing
 from shardwise.render.labels import WAKE_ANNOTATION
 from shardwise.render import modelcache as mc
 
@@ -70,6 +71,11 @@ class Snapshot:
     architecture_failure: tuple[str, str] | None = None
     runtime_image: str | None = None
     downloader_image: str = ""
+    # spec.routing: are the InferencePool and HTTPRoute APIs served, and the routing children
+    # carrying our label (the cache's), to delete when spec.routing stops asking for them.
+    pool_installed: bool = True
+    route_installed: bool = True
+    owned_routing: Mapping[ChildKey, dict[str, Any] | None] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,18 +111,34 @@ def key_of(obj: Mapping[str, Any]) -> ChildKey:
 
 
 def child_keys(name: str) -> list[ChildKey]:
-    """Every child a deployment may have: its Service and a workload of either kind."""
-    return [("v1", "Service", names.service_name(name)), *children.workload_candidates(name)]
+    """Every child a deployment may have: its Service, a workload of either kind, and the routing
+    objects (an InferencePool, an HTTPRoute)."""
+    return [("v1", "Service", names.service_name(name)), *children.workload_candidates(name),
+            *routing.candidates(name)]
 
 
-def keys_to_check(name: str, stored_plan: Mapping[str, Any] | None, *, lws_installed: bool) -> list[ChildKey]:
+def workload_keys(name: str) -> list[ChildKey]:
+    return [key for key in child_keys(name) if key[1] in WORKLOAD_KINDS]
+
+
+def routing_keys(name: str) -> list[ChildKey]:
+    return routing.candidates(name)
+
+
+def keys_to_check(name: str, stored_plan: Mapping[str, Any] | None, *, lws_installed: bool,
+                  spec: api.InferenceDeploymentSpec | None = None, pool_installed: bool = True,
+                  route_installed: bool = True) -> list[ChildKey]:
     """The children whose names the shell looks up, namesakes included, before deciding: the
-    Service and the workload kind of the stored plan (a Deployment while there is none)."""
+    Service, the workload kind of the stored plan (a Deployment while there is none), and the
+    routing objects spec.routing asks for whose API is served."""
     multi_node = bool(stored_plan and stored_plan.get("feasible") and int(stored_plan.get("nodesPerReplica") or 1) > 1)
-    service, deployment, lws = child_keys(name)
-    if multi_node:
-        return [service, lws] if lws_installed else [service]
-    return [service, deployment]
+    service, deployment, lws, pool, route = child_keys(name)
+    keys = ([service, lws] if lws_installed else [service]) if multi_node else [service, deployment]
+    if spec is not None and routing.pool_enabled(spec) and pool_installed:
+        keys.append(pool)
+        if routing.route_enabled(spec) and route_installed:
+            keys.append(route)
+    return keys
 
 
 def parse_spec(infd: Mapping[str, Any]) -> api.InferenceDeploymentSpec | str:
@@ -154,6 +176,9 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
     failure, lws_missing = refused.failure, refused.lws_missing
     workload = rendered_workload = None
     cache: cachestate.CacheView | None = None
+    missing_routing = routing_status.missing_apis(spec, pool_installed=snapshot.pool_installed,
+                                                  route_installed=snapshot.route_installed)
+    routed: dict[str, dict[str, Any] | None] = {}  # the routing children as they will be after the writes
     if plan.get("feasible") and snapshot.cache is not None:
         cache_ref = snapshot.cache.ref
         token = spec.model.hfTokenSecretRef
@@ -168,6 +193,7 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
     if cache is not None and cache.ready:
         wanted = children.render(owner, spec, plan, desired, runtime_image=snapshot.runtime_image,
                                  cache=cache_ref, expected_start_s=expected_start_s)
+        wanted += routing_status.installable(routing.render(owner, spec, plan), missing_routing)
         unseen = tuple(key_of(obj) for obj in wanted if key_of(obj) not in snapshot.children
                        and (obj["kind"] != leaderworkerset.KIND or snapshot.lws_installed))
         if unseen:
@@ -194,6 +220,8 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
                 live = as_applied(live, obj)
             if obj["kind"] in WORKLOAD_KINDS:
                 workload = live
+            elif obj["kind"] in (routing.POOL_KIND, routing.ROUTE_KIND):
+                routed[obj["kind"]] = live
     if cache is not None and not cache.ready:
         # A new revision's weights are on their way: the running workload stays as it was (and
         # its counts stay on the status) until they are verified.
@@ -210,6 +238,8 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
                                    apply_failure=failure, rollout=rollout)
     if lws_missing:
         update = missing_api.lws_not_installed_status(update, stored, generation=generation, now=now)
+    update = _with_routing(update, snapshot, spec, owner, routed, missing_routing, generation=generation, now=now)
+    deletes += routing_status.unwanted(spec, owner, snapshot.owned_routing)
     if cache is not None:
         update["modelCache"] = cachestate.status_fields(cache_ref, cache, expected_start_s=expected_start_s)
         update = cachestate.with_cache_condition(update, cache, generation=generation, now=now)
@@ -219,6 +249,25 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
     decided = _with_status(stored, update)
     return dataclasses.replace(decided, apply=tuple(applies), delete=tuple(deletes), annotate=tuple(annotate),
                                failure=failure, requeue=requeue)
+
+
+def _with_routing(update: dict[str, Any], snapshot: Snapshot, spec: api.InferenceDeploymentSpec,
+                  owner: children.Owner, routed: Mapping[str, dict[str, Any] | None], missing: tuple[str, ...], *,
+                  generation: int | None, now: str) -> dict[str, Any]:
+    """`Routed`, from the routing children as they will be after the writes: those applied or
+    kept by this pass, else as the snapshot saw them (weights downloading, a conflict)."""
+    pool_key, route_key = routing_keys(owner.name)
+
+    def seen(kind: str, key: ChildKey) -> dict[str, Any] | None:
+        if kind in routed:
+            return routed[kind]
+        found = snapshot.children.get(key)
+        return found if found is not None else snapshot.owned_routing.get(key)
+
+    condition = routing_status.routed_condition(
+        spec, owner, missing=missing, pool=seen(routing.POOL_KIND, pool_key),
+        route=seen(routing.ROUTE_KIND, route_key) if routing.route_enabled(spec) else None)
+    return routing_status.with_routed(update, condition, generation=generation, now=now)
 
 
 def _with_status(stored: dict[str, Any], update: dict[str, Any]) -> Decision:

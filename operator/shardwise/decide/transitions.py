@@ -36,7 +36,7 @@ def transitions(old_status: dict[str, Any], new_status: dict[str, Any]) -> list[
             out.append(("Normal", "Ready", cond["message"] or "all replicas ready"))
         elif cond["type"] in ("Degraded", "ReplicasIgnored") and cond["status"] == "True":
             out.append(("Warning", cond["reason"], cond["message"]))
-        elif cond["type"] == "Planned" and cond["status"] == "False":
+        elif cond["type"] in ("Planned", "Routed") and cond["status"] == "False":
             out.append(("Warning", cond["reason"], cond["message"]))
     # Planned=False and Degraded=True usually carry the same reason: one event per (type, reason).
     seen: set[tuple[str, str]] = set()

@@ -46,8 +46,9 @@ _READ_CONDITIONS = {"ReplicaFailure", "UpdateInProgress"}
 
 
 def child_signal(child: Obj | None) -> Any:
-    """What of a child (Deployment, Service, LeaderWorkerSet) a reconcile reads, to skip the events
-    that change nothing of it: controller-runtime's predicates, for our children.
+    """What of a child (Deployment, Service, LeaderWorkerSet, InferencePool, HTTPRoute) a reconcile
+    reads, to skip the events that change nothing of it: controller-runtime's predicates, for our
+    children.
 
     Spec, labels, annotations, owners and deletion (drift and ownership); the counts and the
     observed generation (progress); and only the conditions that report trouble. Of the
@@ -65,8 +66,12 @@ def child_signal(child: Obj | None) -> Any:
                   or (c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded")
                   or (c.get("type") == "Progressing" and child.get("kind") == "LeaderWorkerSet")]
     counts = {k: status.get(k) for k in ("replicas", "readyReplicas", "updatedReplicas", "observedGeneration")}
+    # A routing child's gateways (status.parents: Accepted, ResolvedRefs) become the Routed condition.
+    parents = [((p.get("parentRef") or {}).get("namespace"), (p.get("parentRef") or {}).get("name"),
+                [(c.get("type"), c.get("status"), c.get("reason"), c.get("message")) for c in p.get("conditions") or []])
+               for p in status.get("parents") or []]
     return (child.get("spec"), meta.get("labels"), annotations, meta.get("ownerReferences"),
-            meta.get("deletionTimestamp"), meta.get("generation"), counts, conditions)
+            meta.get("deletionTimestamp"), meta.get("generation"), counts, conditions, parents)
 
 
 def pod_signal(pod: Obj | None) -> tuple[str | None, str | None, bool, bool]:

@@ -118,8 +118,12 @@ def test_operator_rbac_reads_no_secrets_and_never_writes_nodes(render: Render) -
     assert not any(resource in ("secrets", "*") or group == "*" for group, resource in rules)
     assert not any("*" in verbs or {"escalate", "bind", "impersonate"} & verbs for verbs in rules.values())
     assert rules[("", "nodes")] == {"get", "list", "watch"}
-    for child in (("apps", "deployments"), ("", "services"), ("leaderworkerset.x-k8s.io", "leaderworkersets")):
+    for child in (("apps", "deployments"), ("", "services"), ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+                  ("inference.networking.k8s.io", "inferencepools"), ("gateway.networking.k8s.io", "httproutes")):
         assert {"get", "create", "patch"} <= rules[child], child  # server-side apply that may create
+    for routing in (("inference.networking.k8s.io", "inferencepools"), ("gateway.networking.k8s.io", "httproutes")):
+        assert rules[routing] == {"get", "list", "watch", "create", "patch", "delete"}, routing
+    assert not any(group == "gateway.networking.k8s.io" and resource != "httproutes" for group, resource in rules)
     assert rules[("shardwise.io", "inferencedeployments")] == {"get", "list", "watch"}
     assert rules[("shardwise.io", "inferencedeployments/status")] == {"patch"}
     role = find(objects, "Role", "rel-shardwise")
