@@ -276,7 +276,7 @@ data-value="{_num(round(total, 2))}">${_num(round(total, 2))}</span>/hour in all
 <th>TTFT p95</th><th>ITL p50</th><th>ITL p95</th><th>tokens/s</th><th>ready / desired<br>layout</th><th>$/hour</th>
 <th>$/1M tokens</th><th>SLO</th><th>last hour: TTFT p95, tokens/s</th></tr></thead><tbody>{rows}</tbody></table>
 <p class="note">Latency and throughput are the InferenceDeployments' status figures (the operator's
-{html.escape("5-minute")} window over the engines' histograms); $/1M is per output token.</p></section>
+sliding window, status.latency.window, over the engines' histograms); $/1M is per output token.</p></section>
 {_key_section(view)}
 </main><script>{_SCRIPT % max(1, int(view.refresh_s))}</script></body></html>
 """
