@@ -1,0 +1,150 @@
+"""spec.routing on a real API server with the Gateway API Inference Extension v1.5.0 CRDs.
+
+The CRDs come from their pinned Go modules (hack/fetch-gie-crds.sh, cached outside the clone).
+The API server validates every pool and route shardwise writes against the upstream schema. No
+gateway runs here: a gateway's verdict is written onto the pool's status by hand, as a GIE
+gateway writes it, and must come back on the InferenceDeployment as `Routed`.
+
+The cluster without the CRD is covered by tests/unit/controller/test_reconcile_missing_pool.py
+and tests/unit/decide/test_routing.py: a CRD cannot leave the shared session cluster safely.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from shardwise.devcluster.cluster import LocalCluster
+from tests.e2e.support import ROOT, Kubectl, OperatorProcess, eventually
+
+pytestmark = pytest.mark.e2e
+
+POOL_CRD = "inferencepools.inference.networking.k8s.io"
+ROUTE_CRD = "httproutes.gateway.networking.k8s.io"
+LABEL = "shardwise.io/inference-deployment"
+
+
+@pytest.fixture(scope="module")
+def routing_crds(cluster: LocalCluster, operator: OperatorProcess) -> Iterator[None]:
+    """Installs the CRDs once; the operator restarts so its informers list the new kinds now
+    (an optional informer finding no CRD looks again only after a minute)."""
+    folder = subprocess.run([str(ROOT / "hack/fetch-gie-crds.sh")], check=True, capture_output=True,
+                            text=True).stdout.strip().splitlines()[-1]
+    installed = cluster.kubectl("get", "crd", POOL_CRD, ROUTE_CRD, check=False).returncode == 0
+    if not installed:
+        for name in ("inferencepools.yaml", "gateway-api-standard.yaml"):
+            cluster.kubectl("apply", "--server-side", "-f", f"{folder}/{name}")
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{POOL_CRD}", f"crd/{ROUTE_CRD}")
+        operator.restart()
+    yield
+
+
+def routed_model(name: str, replicas: int = 1, **routing: Any) -> str:
+    spec = {
+        "model": {"name": "Qwen/Qwen2.5-7B-Instruct", "servedName": f"{name}-served"},
+        "serving": {"maxModelLen": 4096, "maxConcurrency": 8},
+        "parallelism": {"objective": "Cost"},
+        "placement": {"gpuProducts": ["NVIDIA-H100-80GB-HBM3"]},
+        "replicas": replicas,
+        "routing": {"inferencePool": {"endpointPicker": {"name": "my-epp", "port": 9002}}, **routing},
+    }
+    return yaml.safe_dump({"apiVersion": "shardwise.io/v1alpha1", "kind": "InferenceDeployment",
+                           "metadata": {"name": name}, "spec": spec})
+
+
+def condition(kubectl: Kubectl, name: str, type_: str, reason: str) -> dict[str, Any] | None:
+    found = kubectl.condition(name, type_)
+    return found if found is not None and found["reason"] == reason else None
+
+
+def test_the_pool_selects_the_serving_pods_and_scaling_leaves_it_alone(
+        routing_crds: None, operator: OperatorProcess, kubectl: Kubectl) -> None:
+    name = "pooled"
+    kubectl.apply_yaml(routed_model(name, httpRoute={"gatewayRef": {"name": "inference-gateway"}}))
+    pool = eventually(lambda: kubectl.get("inferencepool", name), timeout=90, what="InferencePool")
+    infd = kubectl.get("infd", name)
+    [owner] = pool["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "InferenceDeployment", name, infd["metadata"]["uid"], True)
+    assert pool["spec"]["selector"] == {"matchLabels": {LABEL: name}}
+    assert pool["spec"]["targetPorts"] == [{"number": 8000}]
+    assert pool["spec"]["appProtocol"] == "http"
+    assert pool["spec"]["endpointPickerRef"] == {"group": "", "kind": "Service", "name": "my-epp",
+                                                 "port": {"number": 9002}, "failureMode": "FailClose"}
+
+    route = eventually(lambda: kubectl.get("httproute", name), timeout=30, what="HTTPRoute")
+    assert route["metadata"]["ownerReferences"][0]["uid"] == infd["metadata"]["uid"]
+    [rule] = route["spec"]["rules"]
+    assert rule["matches"][0]["headers"] == [{"type": "Exact", "name": "X-Gateway-Base-Model-Name",
+                                              "value": f"{name}-served"}]
+    assert [(b["group"], b["kind"], b["name"]) for b in rule["backendRefs"]] == [
+        ("inference.networking.k8s.io", "InferencePool", name)]
+    assert route["spec"]["parentRefs"][0]["name"] == "inference-gateway"
+
+    eventually(lambda: condition(kubectl, name, "Routed", "NoParents"), timeout=30, what="Routed NoParents")
+
+    # Scale up: the pool's spec (and so its generation) stays; the new pods match its selector.
+    before = kubectl.get("inferencepool", name)["metadata"]
+    kubectl.run("patch", "infd", name, "--type=merge", "-p", json.dumps({"spec": {"replicas": 2}}))
+
+    def two_serving() -> list[dict[str, Any]]:
+        pods = (kubectl.get("pods", selector=f"{LABEL}={name}") or {}).get("items") or []
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return live if len(live) == 2 else []
+
+    pods = eventually(two_serving, timeout=90, what="two pods of the scaled deployment")
+    for pod in pods:
+        assert pod["metadata"]["labels"][LABEL] == name  # the pool's selector covers them
+    after = kubectl.get("inferencepool", name)["metadata"]
+    assert (after["generation"], after["resourceVersion"]) == (before["generation"], before["resourceVersion"])
+
+    # A gateway's verdict, written as a GIE gateway writes it, comes back as Routed.
+    def verdict(status: str, reason: str) -> str:
+        cond = {"type": "ResolvedRefs", "status": status, "reason": reason, "message": f"picker {reason}",
+                "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": after["generation"]}
+        accepted = {**cond, "type": "Accepted", "status": "True", "reason": "Accepted", "message": "ok"}
+        return json.dumps({"status": {"parents": [{
+            "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "inference-gateway",
+                          "namespace": kubectl.namespace},
+            "controllerName": "example.com/gateway-controller", "conditions": [accepted, cond]}]}})
+
+    kubectl.run("patch", "inferencepool", name, "--subresource=status", "--type=merge",
+                "-p", verdict("False", "InvalidExtensionRef"))
+    found = eventually(lambda: condition(kubectl, name, "Routed", "InvalidExtensionRef"), timeout=30,
+                       what="Routed InvalidExtensionRef")
+    assert found["status"] == "False" and "picker InvalidExtensionRef" in found["message"]
+    events = kubectl.get("events", selector=None)["items"]
+    assert any(e["reason"] == "InvalidExtensionRef" and e["involvedObject"]["name"] == name for e in events)
+    kubectl.run("patch", "inferencepool", name, "--subresource=status", "--type=merge",
+                "-p", verdict("True", "ResolvedRefs"))
+    # The route has no parents yet (no gateway wrote its status): still pending on it.
+    eventually(lambda: condition(kubectl, name, "Routed", "NoParents"), timeout=30, what="Routed back to NoParents")
+
+    # Routing turned off: our pool and route go, and so does the condition.
+    kubectl.run("patch", "infd", name, "--type=json", "-p", json.dumps([{"op": "remove", "path": "/spec/routing"}]))
+    eventually(lambda: kubectl.get("inferencepool", name) is None and kubectl.get("httproute", name) is None,
+               timeout=30, what="pool and route deleted")
+    eventually(lambda: kubectl.condition(name, "Routed") is None, timeout=30, what="Routed removed")
+
+
+def test_a_foreign_pool_of_the_same_name_is_a_conflict_left_untouched(
+        routing_crds: None, operator: OperatorProcess, kubectl: Kubectl) -> None:
+    name = "taken"
+    kubectl.apply_yaml(yaml.safe_dump({
+        "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool", "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": "by-hand"}}, "targetPorts": [{"number": 8080}],
+                 "endpointPickerRef": {"name": "their-epp", "port": {"number": 9002}}}}))
+    kubectl.apply_yaml(routed_model(name))
+    degraded = eventually(lambda: condition(kubectl, name, "Degraded", "ChildConflict"), timeout=60,
+                          what="Degraded ChildConflict")
+    assert f"InferencePool {kubectl.namespace}/{name} already exists" in degraded["message"]
+    assert condition(kubectl, name, "Routed", "ChildConflict") is not None
+    pool = kubectl.get("inferencepool", name)
+    assert pool["spec"]["selector"] == {"matchLabels": {"app": "by-hand"}}
+    assert not pool["metadata"].get("ownerReferences")
+    assert kubectl.get("deployment", name) is None  # touch nothing, as with any other conflict
