@@ -89,8 +89,11 @@ def test_replicas_follow_load_to_keep_ttft_under_the_slo(operator: Any, cluster:
     driver = threading.Thread(target=drive, name="load", daemon=True)
     driver.start()
     try:
+        # A step from idle looks like a burst until it outlasts one replica start (the expected
+        # start of this model, ~60 s here) or its queue outgrows what the replica drains in that
+        # time: only then is it demand worth a replica (docs/autoscaling.md, bursts and trends).
         up = eventually(lambda: (s := _state(kubectl))["desired"] >= 2 and s["workload"] == s["desired"] and s,
-                        timeout=60, what="a scale-up carried to the Deployment")
+                        timeout=180, what="a scale-up carried to the Deployment")
         print(f"\nscaled up: {up['reason']}")
         recovered = eventually(
             lambda: (s := _state(kubectl))["ttftP95Ms"] is not None and s["ttftP95Ms"] <= SLO_MS
@@ -104,7 +107,7 @@ def test_replicas_follow_load_to_keep_ttft_under_the_slo(operator: Any, cluster:
         follow.close()  # a refresh thread still polling at interpreter exit can abort the process
 
     down = eventually(lambda: (s := _state(kubectl))["desired"] == 1 and s["workload"] == 1 and s,
-                      timeout=90, what="replicas back to minReplicas once the load stopped")
+                      timeout=240, what="replicas back to minReplicas once the load stopped")
     print(f"scaled down: {down['reason']}")
     assert down["generation"] == start["generation"] and down["spec"] == start["spec"]
     assert "replicas" not in start["spec"] or start["spec"]["replicas"] == down["spec"]["replicas"]

@@ -117,7 +117,7 @@ def test_two_deployments_share_one_download_and_serve_only_after_it(
                 percents.add(int(cache.get("percent") or 0))
                 # Serving pods start only after the weights are complete and verified.
                 assert not deployments, "a serving workload exists while the weights download"
-        out = kubectl.run("get", "infd", "--no-headers").stdout
+        out = kubectl.run("get", "infd", "--no-headers", "-o", "wide").stdout  # DOWNLOAD is a wide column
         columns.update(line for line in out.splitlines() if "Downloading" in line)
         return all(st.get("phase") == "Ready" for st in statuses)
 
