@@ -231,11 +231,8 @@ def test_a_client_that_leaves_aborts_the_request_in_vllm(pair: Pair) -> None:
         return sum(_sum(_metrics(ip), "vllm:generation_tokens_total") for ip in pair.ips)
 
     max_tokens = 3000  # fits the 26-block cache (3,328 tokens)
-    # Top-20 logprobs with every token: the engine's output path does twenty times the work per token,
-    # so a stream takes seconds even unread, and the client's leaving must be what ends it (without
-    # them the tiny model outran a disconnect on a busy machine: all 3,000 tokens were made).
     body = {"model": SERVED, "messages": [{"role": "user", "content": "tell me everything"}], "max_tokens": max_tokens,
-            "stream": True, "ignore_eos": True, "logprobs": True, "top_logprobs": 20}
+            "stream": True, "ignore_eos": True}
     url = f"{pair.door.base_url}/chat/completions"
     eventually(lambda: running() == 0, timeout=30, what="both engines idle")
 
@@ -247,23 +244,26 @@ def test_a_client_that_leaves_aborts_the_request_in_vllm(pair: Pair) -> None:
     full_s = time.monotonic() - started
     eventually(lambda: generated() - before == max_tokens, timeout=10, what="the full stream's tokens counted")
 
-    # Now the client leaves after a few chunks.
-    before = generated()
-    with httpx.stream("POST", url, json=body, timeout=60) as response:
-        assert response.status_code == 200
-        lines = response.iter_lines()  # kept: dropping the iterator would close the stream at once
-        started, read = time.monotonic(), 0
-        while read < 2:  # leave at once
-            read += next(lines).startswith("data: {")
-    closed = time.monotonic()
-    eventually(lambda: running() == 0, timeout=10, interval=0.02, what="vllm:num_requests_running back to 0")
-    dropped_s = time.monotonic() - closed
-    # Idle now, so the counter is final: the engine stopped generating well short of max_tokens
-    # (read to its end, the same stream made all of them).
-    made = generated() - before
-    print(f"\nfull {max_tokens}-token stream {full_s:.2f} s; the client left after {read} chunks "
-          f"({closed - started:.3f} s in): num_requests_running 0 within {dropped_s:.3f} s, "
-          f"{made:.0f} of {max_tokens} tokens generated")
-    assert made < max_tokens / 2, made
-    assert dropped_s < full_s / 2, (dropped_s, full_s)
+    # Now the client leaves as soon as the answer's headers are in. The tiny model makes its 3,000
+    # tokens in about a second unread, so on a loaded machine the engine can finish before the
+    # reset reaches it: that race is the engine's speed, not the gateway's, and it is run up to three
+    # times. Every try must bring num_requests_running back to 0 at once; at least one must show the
+    # engine stopping well short of max_tokens (a gateway that did not abort would show none).
+    tries: list[tuple[float, float]] = []
+    for _ in range(3):
+        eventually(lambda: running() == 0, timeout=30, what="both engines idle")
+        before = generated()
+        with httpx.stream("POST", url, json=body, timeout=60) as response:
+            assert response.status_code == 200
+        closed = time.monotonic()
+        eventually(lambda: running() == 0, timeout=10, interval=0.02, what="vllm:num_requests_running back to 0")
+        dropped_s = time.monotonic() - closed
+        # Idle now, so the counter is final for this try.
+        tries.append((generated() - before, dropped_s))
+        if tries[-1][0] < max_tokens / 2:
+            break
+    print(f"\nfull {max_tokens}-token stream {full_s:.2f} s; the client left at the headers: "
+          + "; ".join(f"{made:.0f} of {max_tokens} tokens made, idle within {s:.3f} s" for made, s in tries))
+    assert any(made < max_tokens / 2 for made, _ in tries), tries
+    assert all(s < full_s / 2 for _, s in tries), (tries, full_s)
     assert pair.fleet.alive()
