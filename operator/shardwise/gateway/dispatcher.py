@@ -98,6 +98,8 @@ class Dispatcher:
                                        prefix=prefix, seq=next(self._seq))
                 self.outstanding[endpoint] = self.outstanding.get(endpoint, 0) + 1
                 return endpoint
+            if route.unavailable:
+                return openai_errors.adapter_unavailable(model, route.unavailable)
             if not route.waking:
                 return openai_errors.no_replicas(model)
             refusal = await self._hold(route, size)

@@ -84,6 +84,12 @@ def no_replicas(model: str) -> Refusal:
                     "server_error", code="model_not_ready", retry_after_s=30)
 
 
+def adapter_unavailable(model: str, why: str) -> Refusal:
+    # No Retry-After: the spec or the adapter's files must change first (status.adapters says which).
+    return _refusal(503, f"The adapter `{model}` cannot be served: {why}", "server_error",
+                    code="adapter_unavailable")
+
+
 def not_synced(retry_after_s: int) -> Refusal:
     return _refusal(503, "The gateway is starting and does not know the models yet.", "server_error",
                     code="service_unavailable", retry_after_s=retry_after_s)

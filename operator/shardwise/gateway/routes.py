@@ -5,6 +5,14 @@ rule here is a unit test away. A pod serves only when it is Ready and not termin
 multi-node group only the leader (LeaderWorkerSet worker index 0) serves the OpenAI API. Two
 deployments claiming one served name: the oldest keeps it (as a Service's first claim would), the
 others are reported as conflicts rather than silently merged into one pool of different engines.
+
+A LoRA adapter (spec.adapters) is a served name of its own that goes to its base deployment, but
+only to the replicas that have it loaded: the operator loads adapters at runtime and writes the
+names each engine answered in its `/v1/models` on the pod (LOADED_ADAPTERS_ANNOTATION); any other
+replica would answer 404. While no replica has it yet the route is waking (the request is held,
+as for a deployment scaled to zero), unless status.adapters says it cannot load (its rank is above
+the limit, its files are missing): that is answered at once with the reason. Base models' names are
+claimed before any adapter's.
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from typing import Any
 INSTANCE_LABEL = "shardwise.io/inference-deployment"  # render/labels.py INSTANCE_LABEL
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 ENGINE_PORT = 8000  # render/vllm_args.py VLLM_PORT
+# Comma-separated adapter names the engine of this pod serves (written by controller/adapters.py).
+LOADED_ADAPTERS_ANNOTATION = "shardwise.io/loaded-adapters"
 
 Obj = Mapping[str, Any]
 
@@ -32,6 +42,8 @@ class Route:
     desired_replicas: int  # status.desiredReplicas, else what the spec asks for
     created: str = ""
     usd_per_million_output_tokens: float | None = None  # status.cost.perMillionOutputTokensUSD
+    base: str | None = None  # for a LoRA adapter: the served name of the model it adapts
+    unavailable: str | None = None  # for an adapter no replica can load: status.adapters' message
 
     @property
     def waking(self) -> bool:
@@ -69,19 +81,51 @@ def _ready(pod: Obj) -> bool:
 
 def endpoints_by_deployment(pods: Iterable[Obj]) -> dict[tuple[str, str], tuple[str, ...]]:
     """(namespace, deployment name) -> sorted IP:PORT of its serving pods."""
-    out: dict[tuple[str, str], set[str]] = {}
+    return {key: tuple(sorted(by_endpoint)) for key, by_endpoint in _serving_pods(pods).items()}
+
+
+def loaded_adapters(pod: Obj) -> frozenset[str]:
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(LOADED_ADAPTERS_ANNOTATION) or ""
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+def _serving_pods(pods: Iterable[Obj]) -> dict[tuple[str, str], dict[str, frozenset[str]]]:
+    """(namespace, deployment name) -> {IP:PORT: adapters loaded there} of its serving pods."""
+    out: dict[tuple[str, str], dict[str, frozenset[str]]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         owner = (meta.get("labels") or {}).get(INSTANCE_LABEL)
         if owner and _ready(pod):
-            out.setdefault((meta.get("namespace") or "", owner), set()).add(f"{pod['status']['podIP']}:{ENGINE_PORT}")
-    return {key: tuple(sorted(values)) for key, values in out.items()}
+            endpoint = f"{pod['status']['podIP']}:{ENGINE_PORT}"
+            out.setdefault((meta.get("namespace") or "", owner), {})[endpoint] = loaded_adapters(pod)
+    return out
+
+
+# status.adapters[].reason values under which an adapter may still come (everything else is a failure).
+ADAPTER_ON_ITS_WAY = frozenset({"Loaded", "Loading", "Downloading", "NoReadyReplica"})
+
+
+def adapter_failures(infd: Obj) -> dict[str, str]:
+    """Adapter name -> why no replica can load it, from status.adapters."""
+    out = {}
+    for entry in (infd.get("status") or {}).get("adapters") or ():
+        if isinstance(entry, dict) and entry.get("name") and entry.get("reason") \
+                and entry["reason"] not in ADAPTER_ON_ITS_WAY:
+            out[str(entry["name"])] = str(entry.get("message") or entry["reason"])
+    return out
+
+
+def adapter_names(infd: Obj) -> list[str]:
+    """spec.adapters[].name, in the spec's order."""
+    return [str(a["name"]) for a in (infd.get("spec") or {}).get("adapters") or () if isinstance(a, dict) and a.get("name")]
 
 
 def build_table(infds: Iterable[Obj], pods: Iterable[Obj]) -> Table:
     """The whole table from the two stores (deterministic whatever their order)."""
-    endpoints = endpoints_by_deployment(pods)
+    serving = _serving_pods(pods)
+    endpoints = {key: tuple(sorted(by_endpoint)) for key, by_endpoint in serving.items()}
     routes: dict[str, Route] = {}
+    bases: list[tuple[Route, Obj]] = []
     conflicts: list[str] = []
     ordered = sorted(infds, key=lambda o: (o["metadata"].get("creationTimestamp") or "",
                                            o["metadata"].get("namespace") or "", o["metadata"]["name"]))
@@ -106,6 +150,19 @@ def build_table(infds: Iterable[Obj], pods: Iterable[Obj]) -> Table:
                               desired_replicas=int(desired),
                               created=meta.get("creationTimestamp") or "",
                               usd_per_million_output_tokens=_price(infd))
+        bases.append((routes[model], infd))
+    for base, infd in bases:  # adapters only once every base model has its name
+        failures = adapter_failures(infd)
+        for adapter in adapter_names(infd):
+            holder = routes.get(adapter)
+            if holder is not None:
+                conflicts.append(f"{base.namespace}/{base.name}: adapter name {adapter!r} is already served by "
+                                 f"{holder.namespace}/{holder.name}")
+                continue
+            having = serving.get((base.namespace, base.name), {})
+            loaded_on = tuple(sorted(e for e, loaded in having.items() if adapter in loaded))
+            routes[adapter] = dataclasses.replace(base, model=adapter, base=base.model, endpoints=loaded_on,
+                                                  unavailable=None if loaded_on else failures.get(adapter))
     return Table(routes=routes, conflicts=tuple(conflicts))
 
 

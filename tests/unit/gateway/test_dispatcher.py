@@ -129,3 +129,17 @@ def test_nothing_is_routed_before_the_caches_synced() -> None:
         dispatcher.synced.set()
         assert await pending == "10.0.0.1:8000"
     run(main())
+
+
+def test_an_adapter_that_cannot_load_is_refused_at_once_with_its_reason_and_no_retry_after() -> None:
+    async def main() -> None:
+        dispatcher, _, woken = make()
+        adapter = routes.Route(model="big", namespace="ns", name="m", endpoints=(), scale_to_zero=False,
+                               desired_replicas=1, base="m", unavailable="rank 16 is above maxLoraRank 8")
+        dispatcher.set_table(routes.Table(routes={"big": adapter}))
+        result = await dispatcher.choose("big", 1, None)
+        assert isinstance(result, Refusal) and result.status == 503
+        assert b"rank 16 is above maxLoraRank 8" in result.body and b"adapter_unavailable" in result.body
+        assert not any(name.lower() == "retry-after" for name, _ in result.headers)
+        assert woken == [] and dispatcher.holds.count("big") == 0
+    run(main())

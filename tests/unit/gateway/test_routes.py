@@ -82,3 +82,69 @@ def test_deleting_deployments_are_not_routed_and_models_are_sorted() -> None:
     table = routes.build_table([infd("z"), infd("gone", deleting=True), infd("b")], [])
     assert [r.model for r in table.models()] == ["b", "z"]
     assert table.get("gone") is None
+
+
+# -- LoRA adapters ------------------------------------------------------------------------------
+
+def with_adapters(obj: dict[str, Any], *names: str, status: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    obj["spec"]["adapters"] = [{"name": n, "source": {"repo": f"org/{n}"}} for n in names]
+    if status is not None:
+        obj["status"]["adapters"] = status
+    return obj
+
+
+def loading(p: dict[str, Any], *adapters: str) -> dict[str, Any]:
+    p["metadata"]["annotations"] = {routes.LOADED_ADAPTERS_ANNOTATION: ",".join(adapters)}
+    return p
+
+
+def test_an_adapter_goes_only_to_the_replicas_of_its_base_that_have_it_loaded() -> None:
+    table = routes.build_table([with_adapters(infd("m"), "sql", "chat")],
+                               [loading(pod("m", "10.0.0.1"), "sql"), loading(pod("m", "10.0.0.2"), "sql", "chat"),
+                                pod("m", "10.0.0.3")])
+    assert table.get("m").endpoints == ("10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000")
+    sql, chat = table.get("sql"), table.get("chat")
+    assert sql.endpoints == ("10.0.0.1:8000", "10.0.0.2:8000") and sql.base == "m" and sql.name == "m"
+    assert chat.endpoints == ("10.0.0.2:8000",)
+    assert table.get("m").base is None
+
+
+def test_an_adapter_no_replica_has_yet_is_held_like_a_waking_model() -> None:
+    table = routes.build_table([with_adapters(infd("m", desired=1), "sql")], [pod("m", "10.0.0.1")])
+    route = table.get("sql")
+    assert route.endpoints == () and route.waking and route.unavailable is None
+
+
+def test_an_adapter_that_cannot_load_carries_the_reason_from_the_status() -> None:
+    failed = [{"name": "big", "reason": "RankAboveLimit", "message": "rank 16 is above maxLoraRank 8"},
+              {"name": "sql", "reason": "Loading", "message": "loading on 1 replica"}]
+    table = routes.build_table([with_adapters(infd("m", desired=1), "big", "sql", status=failed)],
+                               [pod("m", "10.0.0.1")])
+    assert table.get("big").unavailable == "rank 16 is above maxLoraRank 8"
+    assert table.get("sql").unavailable is None
+    # Loaded somewhere after all (the status lags the pods): served, the stale reason ignored.
+    table = routes.build_table([with_adapters(infd("m", desired=1), "big", status=failed)],
+                               [loading(pod("m", "10.0.0.1"), "big")])
+    assert table.get("big").endpoints == ("10.0.0.1:8000",) and table.get("big").unavailable is None
+
+
+def test_a_base_model_name_wins_over_an_adapter_of_the_same_name_whatever_the_age() -> None:
+    old = with_adapters(infd("old", created="2026-01-01T00:00:00Z"), "young")
+    young = infd("young", created="2026-02-01T00:00:00Z")
+    table = routes.build_table([young, old], [loading(pod("old", "10.0.0.1"), "young"), pod("young", "10.0.0.2")])
+    assert table.get("young").endpoints == ("10.0.0.2:8000",) and table.get("young").base is None
+    assert table.conflicts == ("a/old: adapter name 'young' is already served by a/young",)
+
+
+def test_two_deployments_with_one_adapter_name_the_older_keeps_it() -> None:
+    first = with_adapters(infd("first", created="2026-01-01T00:00:00Z"), "sql")
+    second = with_adapters(infd("second", created="2026-02-01T00:00:00Z"), "sql")
+    table = routes.build_table([second, first], [loading(pod("first", "10.0.0.1"), "sql"),
+                                                 loading(pod("second", "10.0.0.2"), "sql")])
+    assert table.get("sql").name == "first"
+    assert table.conflicts == ("a/second: adapter name 'sql' is already served by a/first",)
+
+
+def test_the_annotation_is_read_leniently() -> None:
+    assert routes.loaded_adapters(loading(pod("m", "1"), " a ", "", "b")) == {"a", "b"}
+    assert routes.loaded_adapters(pod("m", "1")) == frozenset()
