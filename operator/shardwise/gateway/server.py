@@ -57,8 +57,10 @@ class Settings:
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    return {"metadata": {k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion", "deletionTimestamp")
-                         if k in meta},
+    loaded = (meta.get("annotations") or {}).get(routes.LOADED_ADAPTERS_ANNOTATION)
+    return {"metadata": {**{k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion", "deletionTimestamp")
+                            if k in meta},
+                         **({"annotations": {routes.LOADED_ADAPTERS_ANNOTATION: loaded}} if loaded else {})},
             "status": {"podIP": status.get("podIP"),
                        "conditions": [c for c in status.get("conditions") or () if c.get("type") == "Ready"]}}
 
@@ -71,8 +73,14 @@ def slim_infd(infd: dict[str, Any]) -> dict[str, Any]:
     for key in ("replicas", "autoscaling"):
         if key in spec:
             slim_spec[key] = spec[key]
+    if spec.get("adapters"):
+        slim_spec["adapters"] = [{"name": a.get("name")} for a in spec["adapters"] if isinstance(a, dict)]
+    status = infd.get("status") or {}
     return {"metadata": keep, "spec": slim_spec, "console": console.figures(infd),
-            "status": {"desiredReplicas": (infd.get("status") or {}).get("desiredReplicas"),
+            "status": {"desiredReplicas": status.get("desiredReplicas"),
+                       **({"adapters": [{k: a.get(k) for k in ("name", "reason", "message")}
+                                        for a in status["adapters"] if isinstance(a, dict)]}
+                          if status.get("adapters") else {}),
                        "cost": {"perMillionOutputTokensUSD": ((infd.get("status") or {}).get("cost") or {})
                                 .get("perMillionOutputTokensUSD")}}}
 
