@@ -37,6 +37,11 @@ def _job_condition(job: dict[str, Any] | None, type_: str) -> dict[str, Any] | N
                  if c.get("type") == type_ and c.get("status") == "True"), None)
 
 
+def job_has(job: dict[str, Any] | None, type_: str) -> bool:
+    """Does the Job carry this condition, True?"""
+    return _job_condition(job, type_) is not None
+
+
 def termination_message(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The downloader's outcome, as Kubernetes copied it from its termination message file."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:

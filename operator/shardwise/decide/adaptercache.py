@@ -1,0 +1,120 @@
+"""Where each LoRA adapter's files come from, and their download into the model cache: pure.
+
+An adapter from the hub is downloaded once into the base model's cache claim (the claim serving
+pods already mount read-only), under adapters/<key>, by the same downloader as the weights (resolve
+the revision to a commit, verify every file's hash, report the outcome as its termination
+message), in a Job of its own owned by the claim. When it is verified the commit is stamped on the
+claim (one annotation per adapter); only then is the adapter loaded on the engines. Adding an
+adapter therefore adds a Job and, minutes later, a runtime load: never a pod template change.
+
+Without a cache (model.cache.mode None) the engine fetches a hub adapter itself by its id (the
+pods reach the hub); an adapter in a claim is a path inside the model's own claim (mode PVC or
+Cluster), mounted at /model-cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from shardwise.decide import cachestate
+from shardwise.render import modelcache as mc
+
+ANNOTATION_PREFIX = "lora.shardwise.io/"  # + key: the verified commit, on the base model's claim
+JOB_LABEL = "shardwise.io/lora-cache"  # value: the adapter's key; on its Job and the Job's pods
+SUBDIR = "adapters"
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    name: str
+    repo: str | None = None  # a hub repository
+    revision: str = "main"
+    path: str | None = None  # a folder inside the model's claim
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(f"{self.repo}\0{self.revision}".encode()).hexdigest()[:12]
+
+
+@dataclasses.dataclass(frozen=True)
+class Where:
+    """An adapter's state before any engine sees it: `path` is what the engines load (None: not
+    yet, or never, `reason` and `message` say which)."""
+
+    path: str | None
+    reason: str = ""
+    message: str = ""
+    commit: str | None = None
+    download: Source | None = None  # the Job to create for it
+
+
+def job_name(claim: str, source: Source) -> str:
+    return f"{claim}-lora-{source.key}"
+
+
+def folder(source: Source) -> str:
+    return f"{SUBDIR}/{source.key}"
+
+
+def locate(source: Source, ref: mc.CacheRef, *, cache_ready: bool, claim: Mapping[str, Any] | None,
+           job: Mapping[str, Any] | None, job_pods: list[dict[str, Any]]) -> Where:
+    """Where the engines find `source`, given the base model's cache and the adapter's Job."""
+    if source.path is not None:
+        if ref.mode == "None":
+            return Where(None, "AdapterNeedsClaim", f"adapter {source.name} is a path in a claim, but the model has no "
+                                                    "cache claim (model.cache.mode None): use a hub source")
+        return Where(f"{mc.CACHE_MOUNT}/{source.path.strip('/')}")
+    if ref.mode == "None":
+        return Where(source.repo)  # the engine downloads it itself
+    if ref.mode == "PVC":
+        return Where(None, "AdapterNeedsCache", f"adapter {source.name} is on the hub, but the model's claim "
+                                                f"{ref.claim} is prefilled and the pods are offline: put the adapter in "
+                                                "the claim and give its path")
+    annotations = ((claim or {}).get("metadata") or {}).get("annotations") or {}
+    commit = annotations.get(ANNOTATION_PREFIX + source.key)
+    if commit:
+        return Where(f"{mc.CACHE_MOUNT}/{folder(source)}", commit=commit)
+    if not cache_ready or claim is None:
+        return Where(None, "Downloading", f"adapter {source.name} waits for the model's cache")
+    if job is None:
+        return Where(None, "Downloading", f"downloading adapter {source.name} ({source.repo}@{source.revision})",
+                     download=source)
+    outcomes = [m for m in (cachestate.termination_message(p) for p in job_pods) if m]
+    if cachestate.job_has(job, "Complete") or cachestate.job_has(job, "SuccessCriteriaMet"):
+        done = next((m for m in outcomes if m.get("state") == "Complete" and m.get("verified")), None)
+        if done is None:
+            return Where(None, "AdapterDownloadFailed", f"the download of adapter {source.name} completed without "
+                                                        "reporting verified files")
+        return Where(f"{mc.CACHE_MOUNT}/{folder(source)}", commit=str(done.get("commit") or ""))
+    if cachestate.job_has(job, "Failed") or cachestate.job_has(job, "FailureTarget"):
+        last = next((m for m in outcomes if m.get("state") == "Failed"), {})
+        return Where(None, "AdapterDownloadFailed",
+                     f"adapter {source.name} ({source.repo}@{source.revision}): "
+                     f"{last.get('reason') or 'DownloadFailed'}: {last.get('message') or 'the downloader Job failed'}")
+    return Where(None, "Downloading", f"downloading adapter {source.name} ({source.repo}@{source.revision})")
+
+
+def build_job(source: Source, ref: mc.CacheRef, namespace: str, claim_uid: str, *, image: str,
+              token_secret: tuple[str, str] | None) -> dict[str, Any]:
+    """The model downloader, pointed at the adapter's repo and its folder in the model's claim."""
+    job = mc.build_job(dataclasses.replace(ref, model=source.repo or "", revision=source.revision), namespace,
+                       claim_uid, image=image, token_secret=token_secret)
+    job["metadata"]["name"] = job_name(ref.claim or "", source)
+    # Labels of their own: the model's cache reads its downloader's pods by the cache label.
+    job_labels = {JOB_LABEL: source.key, "app.kubernetes.io/component": "lora-cache",
+                  "app.kubernetes.io/managed-by": "shardwise"}
+    job["metadata"]["labels"] = dict(job_labels)
+    job["spec"]["template"]["metadata"]["labels"] = dict(job_labels)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    args[args.index("--dest") + 1] = f"{mc.CACHE_MOUNT}/{folder(source)}"
+    return job
+
+
+def record(claim: Mapping[str, Any], source: Source, commit: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(claim, metadata patch) stamping the verified commit, so later passes need no Job."""
+    return ({**claim, "apiVersion": "v1", "kind": "PersistentVolumeClaim"},
+            {"annotations": {ANNOTATION_PREFIX + source.key: commit or "unknown"}})
