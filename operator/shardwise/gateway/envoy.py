@@ -6,9 +6,11 @@ service over gRPC:
   endpoint in `x-gateway-destination-endpoint` (the Gateway API Inference Extension's picker
   protocol) or an immediate response. Its message timeout is longer than the hold timeout: a held
   request is an unanswered body message. Response phases are SKIPped: streams pass unbuffered.
-- `shardwise.observe` runs in observability mode: Envoy sends it the request headers, response
-  headers and response body chunks without waiting for answers, so it adds no latency; the
-  service measures TTFT, end-to-end and tokens from them.
+- `shardwise.observe` is a Lua filter (observe_lua.py): inside Envoy, with body chunks streaming
+  through unbuffered, it stamps the first body byte and keeps a stream's content-event count and
+  last usage in the request's dynamic metadata. The HTTP gRPC access logger hands that, the status
+  and Envoy's timings to the service once per request (batched, off the client's path), for TTFT,
+  end-to-end and tokens: no body chunk crosses into Python.
 The `engines` cluster is ORIGINAL_DST on that header: Envoy connects to exactly the IP:PORT the
 picker chose, with no endpoint list of its own. A client's own copy of the header never counts:
 the route filter overwrites it on every request it lets through.
@@ -22,10 +24,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shardwise.gateway import openai_errors
+from shardwise.gateway import observe_lua, openai_errors
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 MODEL_HEADER = "x-shardwise-model"  # set by the route filter for the observer (and access logs)
+KEY_HEADER = "x-shardwise-key"  # the caller's key id, set by the route filter when keys are on
+ACCESS_LOG_NAME = "shardwise.observe"
+_LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
+_HTTP_GRPC_LOG = "type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig"
 _EXT_PROC = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor"
 _HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 _HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -52,38 +58,53 @@ class EnvoySettings:
     hold_timeout_s: float = 600.0
     engine_connect_timeout_s: float = 5.0
     observe: bool = True
+    observe_flush_s: float = 0.1
+    observe_buffer_bytes: int = 0
 
 
 def _seconds(value: float) -> str:
     return f"{value:g}s"
 
 
-def _ext_proc(settings: EnvoySettings, *, observe: bool) -> dict[str, Any]:
-    config: dict[str, Any] = {
+def _route_filter(settings: EnvoySettings) -> dict[str, Any]:
+    return {
         "@type": _EXT_PROC,
         "grpc_service": {"envoy_grpc": {"cluster_name": "shardwise_gateway"}},
-        "failure_mode_allow": observe,  # metrics may fail open; routing never does
-        "stat_prefix": "observe" if observe else "route",
+        "failure_mode_allow": False,  # routing never fails open
+        "stat_prefix": "route",
+        # A held request is a body message the service has not answered yet.
+        "message_timeout": _seconds(settings.hold_timeout_s + 30),
+        # The service gone (restart, crash): the client gets a status, never a hang.
+        "status_on_error": {"code": 503},
+        "processing_mode": {"request_header_mode": "SEND", "response_header_mode": "SKIP",
+                            "request_body_mode": "BUFFERED", "response_body_mode": "NONE",
+                            "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
     }
-    if observe:
-        config.update({
-            "observability_mode": True,
-            "deferred_close_timeout": "5s",
-            "processing_mode": {"request_header_mode": "SEND", "response_header_mode": "SEND",
-                                "request_body_mode": "NONE", "response_body_mode": "STREAMED",
-                                "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
-        })
-    else:
-        config.update({
-            # A held request is a body message the service has not answered yet.
-            "message_timeout": _seconds(settings.hold_timeout_s + 30),
-            # The service gone (restart, crash): the client gets a status, never a hang.
-            "status_on_error": {"code": 503},
-            "processing_mode": {"request_header_mode": "SEND", "response_header_mode": "SKIP",
-                                "request_body_mode": "BUFFERED", "response_body_mode": "NONE",
-                                "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
-        })
-    return config
+
+
+def _observe_filter() -> dict[str, Any]:
+    return {"@type": _LUA, "stat_prefix": "observe",
+            "default_source_code": {"inline_string": observe_lua.SOURCE}}
+
+
+def _observe_log(settings: EnvoySettings) -> dict[str, Any]:
+    """One entry per routed request (the route filter stamped its model), sent in batches."""
+    return {
+        "name": "envoy.access_loggers.http_grpc",
+        "filter": {"header_filter": {"header": {"name": MODEL_HEADER, "present_match": True}}},
+        "typed_config": {
+            "@type": _HTTP_GRPC_LOG,
+            "common_config": {
+                "log_name": ACCESS_LOG_NAME, "transport_api_version": "V3",
+                "grpc_service": {"envoy_grpc": {"cluster_name": "shardwise_gateway"}},
+                # Batches: a message per 64 KiB of entries (~150 requests) or per flush interval,
+                # so quotas are charged within it of a response's end.
+                "buffer_size_bytes": settings.observe_buffer_bytes,
+                "buffer_flush_interval": _seconds(settings.observe_flush_s),
+            },
+            "additional_request_headers_to_log": [MODEL_HEADER, KEY_HEADER],
+        },
+    }
 
 
 def _too_large_mapper(settings: EnvoySettings) -> dict[str, Any]:
@@ -98,9 +119,9 @@ def _too_large_mapper(settings: EnvoySettings) -> dict[str, Any]:
 
 
 def bootstrap(settings: EnvoySettings) -> dict[str, Any]:
-    filters = [{"name": "shardwise.route", "typed_config": _ext_proc(settings, observe=False)}]
+    filters = [{"name": "shardwise.route", "typed_config": _route_filter(settings)}]
     if settings.observe:
-        filters.append({"name": "shardwise.observe", "typed_config": _ext_proc(settings, observe=True)})
+        filters.append({"name": "shardwise.observe", "typed_config": _observe_filter()})
     filters.append({"name": "envoy.filters.http.router",
                     "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}})
     hcm = {
@@ -119,6 +140,8 @@ def bootstrap(settings: EnvoySettings) -> dict[str, Any]:
         }]},
         "http_filters": filters,
     }
+    if settings.observe:
+        hcm["access_log"] = [_observe_log(settings)]
     engines = {
         "name": "engines", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
         "connect_timeout": _seconds(settings.engine_connect_timeout_s),

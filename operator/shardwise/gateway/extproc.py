@@ -10,8 +10,8 @@ responses SKIP):
    A held request is simply this answer not sent yet.
 3. Then the stream stays open until Envoy ends it with the HTTP request; until then the pick
    counts as outstanding on its endpoint.
-Streams of the observe filter (observability mode: Envoy sets `observability_mode` on each
-message and reads no answer) go to `observer`.
+Responses are not seen here: the observe filter measures them inside Envoy and its access log
+reaches `observer` once per request.
 """
 
 from __future__ import annotations
@@ -32,14 +32,12 @@ from envoy.type.v3 import http_status_pb2
 from shardwise.gateway import envoy, keys, metrics, openai_errors, picker
 from shardwise.gateway.dispatcher import Dispatcher
 from shardwise.gateway.gatekeeper import Gatekeeper, Ticket
-from shardwise.gateway.observer import Observer
 from shardwise.gateway.openai_errors import Refusal
 
 log = logging.getLogger(__name__)
 
 ROUTED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
-ARRIVAL_HEADER = "x-shardwise-arrival"  # unix seconds at arrival, for the observer's TTFT
-KEY_HEADER = "x-shardwise-key"  # the caller's key id (namespace/name of its APIKey), for the observer
+KEY_HEADER = envoy.KEY_HEADER  # the caller's key id (namespace/name of its APIKey), for the observer
 STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 
@@ -58,9 +56,9 @@ def immediate(refusal: Refusal, details: str) -> pb.ProcessingResponse:
         body=refusal.body, details=details))
 
 
-def _routed(endpoint: str, model: str, arrival: float, *, key_id: str | None = None,
+def _routed(endpoint: str, model: str, *, key_id: str | None = None,
             body: bytes | None = None) -> pb.ProcessingResponse:
-    values = [(envoy.DESTINATION_HEADER, endpoint), (envoy.MODEL_HEADER, model), (ARRIVAL_HEADER, f"{arrival:.6f}")]
+    values = [(envoy.DESTINATION_HEADER, endpoint), (envoy.MODEL_HEADER, model)]
     remove: list[str] = []
     if key_id is not None:  # keys on: the observer charges this id; the key itself never reaches an engine
         values.append((KEY_HEADER, key_id))
@@ -118,9 +116,8 @@ def parse_body(raw: bytes) -> tuple[dict[str, Any], str] | Refusal:
 
 
 class ExtProc(pb_grpc.ExternalProcessorServicer):
-    def __init__(self, dispatcher: Dispatcher, observer: Observer, gatekeeper: Gatekeeper | None = None) -> None:
+    def __init__(self, dispatcher: Dispatcher, gatekeeper: Gatekeeper | None = None) -> None:
         self.dispatcher = dispatcher
-        self.observer = observer
         self.gatekeeper = gatekeeper  # None: no keys (every caller is served)
 
     async def Process(self, request_iterator: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 - gRPC's name
@@ -130,15 +127,11 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
             first = await anext(stream)
         except StopAsyncIteration:
             return
-        if first.observability_mode:
-            await self.observer.consume(first, stream)
-            return
         async for response in self._route(first, stream):
             yield response
 
     async def _route(self, first: pb.ProcessingRequest,
                      stream: AsyncIterator[pb.ProcessingRequest]) -> AsyncIterator[pb.ProcessingResponse]:
-        arrival = time.time()
         if first.WhichOneof("request") != "request_headers":
             log.warning("ext_proc stream began with %s, not request headers", first.WhichOneof("request"))
             return
@@ -190,7 +183,7 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
                 return
             try:
                 mutated = with_stream_usage(path, body) if key is not None else None
-                yield _routed(choice, model, arrival, key_id=key.id if key is not None else None, body=mutated)
+                yield _routed(choice, model, key_id=key.id if key is not None else None, body=mutated)
                 async for _ in stream:  # nothing more is sent in this mode; wait for the request's end
                     pass
             finally:

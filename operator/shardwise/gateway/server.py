@@ -1,4 +1,4 @@
-"""The gateway process: informers in, ext_proc gRPC out, metrics and probes on the side.
+"""The gateway process: informers in, ext_proc and the observe access log over gRPC, metrics and probes on the side.
 
 Wiring only. Two informers per watched namespace (or one pair cluster-wide): InferenceDeployments
 and the pods labelled `shardwise.io/inference-deployment`, slimmed to what routing reads. Every
@@ -23,13 +23,14 @@ import aiohttp
 import grpc
 import prometheus_client
 from aiohttp import web
+from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from shardwise.api import v1alpha1 as api
 from shardwise.gateway import console, consoleweb, extproc, holding, metrics, picker, routes
 from shardwise.gateway.dispatcher import Dispatcher
 from shardwise.gateway.gatekeeper import AuthSettings, Gatekeeper
-from shardwise.gateway.observer import Observer
+from shardwise.gateway.observer import AccessLog, Observer
 from shardwise.kube import health
 from shardwise.kube.client import Kube
 from shardwise.kube.informer import Informer, wait_for_sync
@@ -233,8 +234,9 @@ class Gateway:
                                                               self.stop)
                          and self._loop.call_soon_threadsafe(self._synced), name="sync", daemon=True).start()
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
-        pb_grpc.add_ExternalProcessorServicer_to_server(extproc.ExtProc(self.dispatcher, Observer(self.gatekeeper),
-                                                                        self.gatekeeper), server)
+        pb_grpc.add_ExternalProcessorServicer_to_server(extproc.ExtProc(self.dispatcher, self.gatekeeper), server)
+        # The observe filter's access log (the same port, the same Envoy cluster): one entry per request.
+        als_pb2_grpc.add_AccessLogServiceServicer_to_server(AccessLog(Observer(self.gatekeeper)), server)
         server.add_insecure_port(f"{self.settings.grpc_host}:{self.settings.grpc_port}")
         runner = web.AppRunner(self._http_app(), access_log=None)
         await runner.setup()

@@ -1,4 +1,9 @@
-"""Tokens and first-byte time read from a response body as it streams past (pure).
+"""Tokens read from a response (pure).
+
+The gateway's observe filter (observe_lua.py) reads the body inside Envoy and hands over only
+the text from its last `"usage"` key on and, for a stream, the content events it counted:
+`tokens_of` turns those into tokens, with the rules below. `Tally` applies the same rules to a
+whole body fed chunk by chunk (the reference the Lua script is tested against).
 
 A stream's usage is in its last data event when the client asked for it
 (`stream_options.include_usage`, as vLLM and OpenAI send it); otherwise the completion tokens are
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 TAIL_BYTES = 8192
@@ -69,3 +75,35 @@ class Tally:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and value >= 0 else None
+
+
+_USAGE_KEY = re.compile(r'"usage"\s*:\s*')
+_DECODER = json.JSONDecoder()
+
+
+def parse_usage(text: str | bytes | None) -> tuple[int | None, int | None] | None:
+    """(prompt, completion) from text beginning at a `"usage": {...}` key; None when it holds no
+    usage object (absent, null, cut short, not JSON)."""
+    if not text:
+        return None
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    key = _USAGE_KEY.match(text)
+    if key is None:
+        return None
+    try:
+        usage, _ = _DECODER.raw_decode(text, key.end())
+    except ValueError:
+        return None
+    if not isinstance(usage, dict):
+        return None
+    return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+
+
+def tokens_of(usage_text: str | bytes | None, events: int | None) -> tuple[int | None, int | None]:
+    """(prompt, completion) tokens of a response from what the observe filter kept: its usage, or
+    for a stream (`events` not None) without one the content events as completion tokens."""
+    found = parse_usage(usage_text)
+    if found is not None:
+        return found
+    return None, events

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from shardwise.gateway import envoy, openai_errors
+from shardwise.gateway import envoy, observe_lua, openai_errors
 
 SETTINGS = envoy.EnvoySettings(listen_port=18080, admin_port=18081, extproc_port=18082, body_limit_bytes=1000,
                                hold_timeout_s=600)
@@ -29,12 +29,34 @@ def test_routing_filter_buffers_the_request_and_skips_the_response() -> None:
     assert float(_hcm(envoy.bootstrap(SETTINGS))["stream_idle_timeout"].rstrip("s")) > SETTINGS.hold_timeout_s
 
 
-def test_observer_never_waits() -> None:
-    observe = _hcm(envoy.bootstrap(SETTINGS))["http_filters"][1]["typed_config"]
-    assert observe["observability_mode"] is True
-    assert observe["processing_mode"]["response_body_mode"] == "STREAMED"
-    no_observer = envoy.bootstrap(envoy.EnvoySettings(1, 2, 3, observe=False))
-    assert [f["name"] for f in _hcm(no_observer)["http_filters"]] == ["shardwise.route", "envoy.filters.http.router"]
+def test_observer_measures_inside_envoy_and_logs_once_per_request() -> None:
+    hcm = _hcm(envoy.bootstrap(SETTINGS))
+    assert [f["name"] for f in hcm["http_filters"]] == ["shardwise.route", "shardwise.observe",
+                                                         "envoy.filters.http.router"]
+    lua = hcm["http_filters"][1]["typed_config"]
+    assert lua["@type"].endswith("filters.http.lua.v3.Lua")
+    assert lua["default_source_code"]["inline_string"] == observe_lua.SOURCE
+    assert "envoy_on_request" not in observe_lua.SOURCE  # requests never wait on it
+    assert "bodyChunks" in observe_lua.SOURCE and ":body(" not in observe_lua.SOURCE  # streams, never buffers
+    (log,) = hcm["access_log"]
+    assert log["name"] == "envoy.access_loggers.http_grpc"
+    # only what the route filter routed (it stamped the model), with the headers the observer reads
+    assert log["filter"] == {"header_filter": {"header": {"name": envoy.MODEL_HEADER, "present_match": True}}}
+    config = log["typed_config"]
+    assert config["additional_request_headers_to_log"] == [envoy.MODEL_HEADER, envoy.KEY_HEADER]
+    common = config["common_config"]
+    assert common["grpc_service"] == {"envoy_grpc": {"cluster_name": "shardwise_gateway"}}
+    assert common["transport_api_version"] == "V3"
+    assert float(common["buffer_flush_interval"].rstrip("s")) <= 0.5  # quotas are charged soon after a response
+    # no ext_proc stream sees the response: the route filter skips it
+    route = hcm["http_filters"][0]["typed_config"]
+    assert route["processing_mode"]["response_body_mode"] == "NONE"
+
+
+def test_no_observe_has_neither_filter_nor_log() -> None:
+    hcm = _hcm(envoy.bootstrap(envoy.EnvoySettings(1, 2, 3, observe=False)))
+    assert [f["name"] for f in hcm["http_filters"]] == ["shardwise.route", "envoy.filters.http.router"]
+    assert "access_log" not in hcm
 
 
 def test_engines_are_reached_through_the_destination_header() -> None:
