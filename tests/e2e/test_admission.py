@@ -85,7 +85,7 @@ def test_api_server_rejects_what_the_core_api_or_vllm_would(kubectl: Kubectl, ca
 
 # Real vLLM flags near the owned ones (same prefix, or owned names as values), and values of any form.
 VALID_ARGS = [["--enable-prefix-caching"], ["--model-impl=transformers"], ["--quantization-config", "{}"],
-              ["--enable-lora", "--lora-modules", "sql=/adapters/sql"], ["--max-num-batched-tokens", "8192"],
+              ["--enable-prefix-caching", "--allowed-media-domains", "a.example"], ["--max-num-batched-tokens", "8192"],
               ["-O3"], ["--kv-cache-dtype", "fp8"],
               ["--override-generation-config", '{"temperature": 0.5}']]
 

@@ -130,7 +130,7 @@ VALID = [
     image("[::1]:5000/vllm__x/a-b.c:" + "t" * 128),
     args("-O3"), args("-O", "3"), args("-O.mode=3"), args("--compilation-config.mode", "3"), args("--seed", "-1"),
     args("--hf-token"), args("--default-chat-template-kwargs={\"enable_thinking\": false}"),
-    args("--enable-lora", "--lora-modules", "sql=/adapters/sql", "chat=/adapters/chat"),
+    args("--enable-prefix-caching", "--allowed-media-domains", "a.example", "b.example"),
     args("--enable_prefix_caching"), args("--no-enable-prefix-caching"), args("--api-key", "k1", "k2"),
     args("--chat-template", "{% for m in messages %}{{ m['content'] }}{% endfor %}"),
 ]

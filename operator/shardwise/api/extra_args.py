@@ -35,7 +35,10 @@ OWNED_FLAGS = ("--model", "--dtype", "--quantization", "--host", "--port", "--te
                "--data-parallel-start-rank", "--data-parallel-address", "--data-parallel-rpc-port",
                "--data-parallel-backend", "--data-parallel-hybrid-lb", "--data-parallel-external-lb",
                "--data-parallel-multi-port-external-lb", "--data-parallel-supervisor-port",
-               "--distributed-executor-backend", "--nnodes", "--node-rank", "--master-addr", "--headless")
+               "--distributed-executor-backend", "--nnodes", "--node-rank", "--master-addr", "--headless",
+               # spec.lora and spec.adapters: the operator loads and unloads adapters at runtime, and
+               # would unload one that --lora-modules put there.
+               "--enable-lora", "--max-lora-rank", "--max-loras", "--max-cpu-loras", "--lora-modules")
 
 
 def _owned_spellings() -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -89,7 +92,9 @@ OWNED_MESSAGE = (
     "--port, --tensor-parallel-size/-tp, --pipeline-parallel-size/-pp, --max-model-len, "
     "--gpu-memory-utilization, --served-model-name, --max-num-seqs; the data-parallel flags --data-parallel-*/"
     "-dp*, whose ranks the planner does not count: replicas come from spec.replicas or spec.autoscaling; the "
-    "multi-node flags --distributed-executor-backend, --nnodes/-n, --node-rank/-r, --master-addr, --headless), "
+    "multi-node flags --distributed-executor-backend, --nnodes/-n, --node-rank/-r, --master-addr, --headless; the "
+    "LoRA flags --enable-lora, --max-lora-rank, --max-loras, --max-cpu-loras, --lora-modules: spec.lora and "
+    "spec.adapters), "
     "in any spelling (=value, a space, underscores, a prefix); use the matching spec fields instead"
 )
 

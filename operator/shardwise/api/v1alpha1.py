@@ -9,7 +9,7 @@ rejects bad specs with a sentence a person understands, before shardwise ever se
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -227,7 +227,7 @@ class ServingSpec(_Model):
         description="Extra `vllm serve` arguments of vLLM 0.32, one list item per token (no shell): `--flag`, "
         "`--flag=value`, or a value right after the flag it belongs to. Flags shardwise sets from the spec or "
         "the plan (model, dtype, quantization, host, port, parallel sizes, data parallelism, multi-node "
-        "flags, context length, memory fraction, served name, max sequences) may not appear here in any "
+        "flags, context length, memory fraction, served name, max sequences, LoRA) may not appear here in any "
         "spelling.",
     )
     modelLoadMiBps: int | None = Field(
@@ -486,6 +486,92 @@ class RoutingSpec(_Model):
         return self
 
 
+# vLLM 0.32's --max-lora-rank choices (vllm/config/lora.py MaxLoRARanks).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+DEFAULT_MAX_LORA_RANK = 16  # vLLM's default
+DEFAULT_MAX_LORAS = 4  # vLLM's default is 1: one adapter per batch serialises a deployment of many
+MAX_ADAPTERS = 64
+ADAPTER_NAME = r"^[A-Za-z0-9](?:[A-Za-z0-9._/-]{0,251}[A-Za-z0-9])?$"
+ADAPTER_REPO = rf"^{model_ids.REPO_PART}/{model_ids.REPO_PART}$"
+CLAIM_PATH = r"^[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*/?$"
+
+
+class AdapterSource(_Model):
+    """Where a LoRA adapter's files are: a hub repository, or a folder in the model's cache claim."""
+
+    repo: str | None = Field(
+        None, max_length=193, pattern=ADAPTER_REPO, description="Hugging Face repository of the adapter "
+        "(namespace/name); downloaded once into the model's cache claim and verified before any engine loads it.",
+    )
+    revision: str | None = Field(
+        None, max_length=255, description="Hub revision of the adapter (branch, tag or commit); default main. The "
+        "commit it resolved to is shown on status.adapters.",
+    )
+    path: str | None = Field(
+        None, max_length=1024, pattern=CLAIM_PATH, description="A folder inside the model's cache claim (mode PVC "
+        "or Cluster) holding adapter_config.json and adapter_model.safetensors.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AdapterSource:  # the CEL rules below, for files read offline
+        if (self.repo is None) == (self.path is None):
+            raise ValueError("an adapter source is either repo (the hub) or path (a folder in the model's cache "
+                             "claim), exactly one of them")
+        if self.revision is not None and self.repo is None:
+            raise ValueError("source.revision is a hub revision: it needs source.repo")
+        if self.path is not None and ".." in self.path.split("/"):
+            raise ValueError("source.path is a folder inside the claim: '..' may not appear in it")
+        if self.repo is not None and ("--" in self.repo or ".." in self.repo):
+            raise ValueError("source.repo may not contain '--' or '..': the hub refuses such repo ids")
+        return self
+
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("has(self.repo) != has(self.path)", "an adapter source is either repo (the hub) or path (a folder in the "
+         "model's cache claim), exactly one of them"),
+        ("!has(self.revision) || has(self.repo)", "source.revision is a hub revision: it needs source.repo"),
+        ("!has(self.path) || !self.path.split('/').exists(p, p == '..')",
+         "source.path is a folder inside the claim: '..' may not appear in it", ".path"),
+        ("!has(self.repo) || !self.repo.matches('--|[.][.]')",
+         "source.repo may not contain '--' or '..': the hub refuses such repo ids", ".repo"),
+    ))
+
+
+class AdapterSpec(_Model):
+    name: str = Field(
+        ..., min_length=1, max_length=253, pattern=ADAPTER_NAME,
+        description="The `model` name clients send to reach this adapter (on the Service and the gateway).",
+    )
+    source: AdapterSource = Field(..., description="Where the adapter's files are.")
+    rank: int | None = Field(
+        None, ge=1, le=LORA_RANKS[-1], description="The adapter's LoRA rank (r in its adapter_config.json), when "
+        "known: sizes --max-lora-rank and the planner's LoRA memory when lora.maxLoraRank is unset.",
+    )
+
+
+class LoraSpec(_Model):
+    """How the engines hold LoRA adapters. Fixed at engine start: a change here restarts the pods (a
+    rollout); adding or removing an adapter within these limits does not."""
+
+    maxLoraRank: Literal[LORA_RANKS] | None = Field(  # type: ignore[valid-type]
+        None, description="Largest adapter rank the engines accept (vLLM --max-lora-rank: one of "
+        f"{', '.join(map(str, LORA_RANKS))}); default: the smallest that fits every adapter's rank, at least "
+        f"{DEFAULT_MAX_LORA_RANK}. An adapter above it is refused (RankAboveLimit) and nothing else is disturbed.",
+    )
+    maxLoras: int = Field(
+        DEFAULT_MAX_LORAS, ge=1, le=MAX_ADAPTERS, description="Adapters one batch may mix on a GPU (vLLM "
+        "--max-loras); each slot holds GPU memory for an adapter of maxLoraRank.",
+    )
+    maxCpuLoras: int | None = Field(
+        None, ge=1, le=1024, description="Adapters kept in CPU memory, ready to swap in (vLLM --max-cpu-loras; "
+        "default maxLoras, at least as many as the adapters)."
+    )
+
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("!has(self.maxCpuLoras) || self.maxCpuLoras >= self.maxLoras",
+         "lora.maxCpuLoras must be at least lora.maxLoras (vLLM refuses to start otherwise)", ".maxCpuLoras"),
+    ))
+
+
 class InferenceDeploymentSpec(_Model):
     model: ModelSpec = Field(..., description="The model to serve.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="vLLM serving settings.", **_EMPTY)
@@ -510,8 +596,33 @@ class InferenceDeploymentSpec(_Model):
         None, description="Standard routing objects for an existing Gateway API Inference Extension gateway "
         "(docs/gateway.md)."
     )
+    adapters: list[AdapterSpec] = Field(
+        default_factory=list, max_length=MAX_ADAPTERS, description="LoRA adapters served on this deployment's base "
+        "model, each under its own name; added and removed on the running engines without a restart."
+    )
+    lora: LoraSpec | None = Field(
+        None, description="LoRA serving limits; set (even to {}) with the first adapter, or before it to add the "
+        "first one without restarting the pods."
+    )
+
+    @model_validator(mode="after")
+    def _adapter_names(self) -> InferenceDeploymentSpec:  # the first two CEL rules, for files read offline
+        names = [a.name for a in self.adapters]
+        if len(set(names)) != len(names):
+            raise ValueError("spec.adapters: each adapter needs a name of its own")
+        if self.model.servedName is not None and self.model.servedName in names:
+            raise ValueError("spec.adapters: an adapter may not take the base model's served name (model.servedName)")
+        return self
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "!has(self.adapters) || self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))",
+        "message": "spec.adapters: each adapter needs a name of its own", "fieldPath": ".adapters",
+    }, {
+        "rule": "!has(self.adapters) || !has(self.model.servedName) || "
+                "self.adapters.all(a, a.name != self.model.servedName)",
+        "message": "spec.adapters: an adapter may not take the base model's served name (model.servedName)",
+        "fieldPath": ".adapters",
+    }, {
         # Creating (or adding autoscaling to) an object with both is refused. An update that
         # keeps autoscaling as it was may set replicas: that is `kubectl scale` (an HPA) through the
         # scale subresource; the operator then reports ReplicasIgnored instead of acting on it.
@@ -557,6 +668,10 @@ class InferenceDeploymentStatus(_Model):
     autoscaling: dict[str, Any] | None = Field(None, description="The last scaling decision and its reason.")
     modelCache: dict[str, Any] | None = Field(
         None, description="The weight cache in use: claim, pinned commit, download progress (bytes, rate, time left)."
+    )
+    adapters: list[dict[str, Any]] | None = Field(
+        None, description="Per LoRA adapter: replicas that serve it (loadedReplicas of replicas), its commit, and "
+        "why not when it is not loaded (reason, message).",
     )
     rollout: dict[str, Any] | None = Field(
         None, description="The current or last rollout: strategy and why (free GPUs versus needed), progress, "

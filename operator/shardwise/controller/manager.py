@@ -27,7 +27,7 @@ from typing import Any
 import prometheus_client
 import urllib3
 
-from shardwise.controller import autoscaling, autoscaling_store, calibration, errors, modelcache, observing
+from shardwise.controller import adapters, autoscaling, autoscaling_store, calibration, errors, modelcache, observing
 from shardwise.decide import planning
 from shardwise.controller.architectures import ArchitectureReader
 from shardwise.controller.cluster import Cluster
@@ -95,6 +95,7 @@ class Manager:
                                      timing=options.lease_timing, on_contact=self.contact.mark,
                                      on_started=self.enqueue_all)
         self.observer = observing.Observer(self.cluster, settings, acting=self.acting)
+        self.adapters = adapters.AdapterSync(self.cluster, settings, acting=self.acting)
         self.autoscaler = autoscaling.Autoscaler(self.cluster, settings, self.observer.latest, self.request,
                                                  acting=self.acting)
         self.synced = threading.Event()
@@ -287,6 +288,7 @@ class Manager:
     async def run_loops(self) -> None:
         """The observer, autoscaler and model cache loop until stopped (they check `acting`)."""
         tasks = [asyncio.create_task(self.observer.run_forever()), asyncio.create_task(self.autoscaler.run_forever()),
+                 asyncio.create_task(self.adapters.run_forever()),
                  asyncio.create_task(modelcache.run_forever(self.cluster, self.settings, self.request, self.acting,
                                                                self.watched))]
         operator_metrics.start_server(self.settings.metrics_port)

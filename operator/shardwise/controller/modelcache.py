@@ -26,7 +26,7 @@ import pydantic
 from shardwise.api import v1alpha1 as api
 from shardwise.controller.cluster import Cluster
 from shardwise.controller.settings import Settings
-from shardwise.decide import cachestate
+from shardwise.decide import adaptercache, adapters, cachestate
 from shardwise.decide import modelcache as cache_decision
 from shardwise.kube.client import collection_path
 from shardwise.kube.quietlog import QuietLog
@@ -66,7 +66,8 @@ def gather(kube: Cluster, settings: Settings, namespace: str,
     if ref.storage_class and claim is None:
         storage_class_found = kube.get_cluster_scoped(
             f"/apis/storage.k8s.io/v1/storageclasses/{quote(ref.storage_class)}") is not None
-    inputs = cache_decision.CacheInputs(ref, claim=claim, storage_class_found=storage_class_found)
+    inputs = cache_decision.CacheInputs(ref, claim=claim, storage_class_found=storage_class_found,
+                                        **_adapter_reads(kube, namespace, spec, ref, claim))
     if not cache_decision.needs_download_reads(inputs):
         return inputs
     assert claim is not None
@@ -82,6 +83,18 @@ def gather(kube: Cluster, settings: Settings, namespace: str,
 
 
 # -- the loop: progress refresh and unused-cache removal ---------------------------------------
+def _adapter_reads(kube: Cluster, namespace: str, spec: api.InferenceDeploymentSpec, ref: mc.CacheRef,
+                   claim: dict[str, Any] | None) -> dict[str, Any]:
+    """The Jobs and pods of the adapters still downloading (live, as the model's own)."""
+    reads = [s for s in adaptercache.sources(spec) if adaptercache.needs_job_reads(s, ref, claim)]
+    return {
+        "adapter_jobs": {s.key: kube.get_live("batch/v1", "Job", namespace, adaptercache.job_name(ref.claim or "", s))
+                         for s in reads},
+        "adapter_pods": {s.key: tuple(kube.list(collection_path("v1", "Pod", namespace),
+                                                labelSelector=f"{adaptercache.JOB_LABEL}={s.key}")) for s in reads},
+    }
+
+
 def _claims_in_use(settings: Settings, items: list[dict[str, Any]]) -> set[tuple[str, str]]:
     used = set()
     for item in items:
@@ -132,8 +145,10 @@ def collect_unused(kube: Cluster, settings: Settings, items: list[dict[str, Any]
 
 def needs_refresh(item: dict[str, Any]) -> bool:
     """Deployments whose cache is on its way: reconciled every poll so progress stays current."""
-    phase = ((item.get("status") or {}).get("modelCache") or {}).get("phase")
-    return phase in ("Pending", "Downloading")
+    status = item.get("status") or {}
+    phase = (status.get("modelCache") or {}).get("phase")
+    return phase in ("Pending", "Downloading") or any(
+        isinstance(a, dict) and a.get("reason") == adapters.DOWNLOADING for a in status.get("adapters") or ())
 
 
 async def run_forever(kube: Cluster, settings: Settings, request: Callable[[str, str], None],

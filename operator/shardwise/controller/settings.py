@@ -34,6 +34,10 @@ class Settings:
     downloader_image: str = "shardwise/runtime:0.1.0"
     model_cache_grace_seconds: float = 3600.0
     model_cache_poll_seconds: float = 2.0
+    # LoRA adapters: how often the leader compares each replica's served adapters with the spec,
+    # and how long one engine call may take (a load reads the adapter's files).
+    adapter_interval_seconds: float = 5.0
+    adapter_timeout_seconds: float = 60.0
     metrics_port: int = 8080
     health_port: int = 8081
 
@@ -49,7 +53,8 @@ class Settings:
                            ("scrape_timeout_seconds", "SHARDWISE_SCRAPE_TIMEOUT_SECONDS"),
                            ("autoscale_tick_seconds", "SHARDWISE_AUTOSCALE_TICK_SECONDS"),
                            ("model_cache_grace_seconds", "SHARDWISE_MODEL_CACHE_GRACE_SECONDS"),
-                           ("model_cache_poll_seconds", "SHARDWISE_MODEL_CACHE_POLL_SECONDS")):
+                           ("model_cache_poll_seconds", "SHARDWISE_MODEL_CACHE_POLL_SECONDS"),
+                           ("adapter_interval_seconds", "SHARDWISE_ADAPTER_INTERVAL_SECONDS")):
             if var in env:
                 values[field] = float(env[var])
         if env.get("SHARDWISE_RUNTIME_IMAGE"):

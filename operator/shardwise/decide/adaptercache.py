@@ -19,6 +19,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 from shardwise.decide import cachestate
 from shardwise.render import modelcache as mc
 
@@ -118,3 +119,50 @@ def record(claim: Mapping[str, Any], source: Source, commit: str) -> tuple[dict[
     """(claim, metadata patch) stamping the verified commit, so later passes need no Job."""
     return ({**claim, "apiVersion": "v1", "kind": "PersistentVolumeClaim"},
             {"annotations": {ANNOTATION_PREFIX + source.key: commit or "unknown"}})
+
+
+def sources(spec: InferenceDeploymentSpec) -> list[Source]:
+    return [Source(a.name, repo=a.source.repo, revision=a.source.revision or "main", path=a.source.path)
+            for a in spec.adapters]
+
+
+def recorded(source: Source, claim: Mapping[str, Any] | None) -> str | None:
+    """The verified commit stamped on the claim for `source` (None: not downloaded yet)."""
+    return (((claim or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PREFIX + source.key)
+
+
+def needs_job_reads(source: Source, ref: mc.CacheRef, claim: Mapping[str, Any] | None) -> bool:
+    """Must the shell read this adapter's Job and pods? Only while its download is on its way."""
+    return ref.mode == "Cluster" and source.repo is not None and claim is not None and not recorded(source, claim)
+
+
+def ready_path(source: Source, ref: mc.CacheRef, claim: Mapping[str, Any] | None) -> str | None:
+    """What the engines load for `source` now; None until its files are verified in the claim."""
+    return locate(source, ref, cache_ready=False, claim=claim, job=None, job_pods=[]).path
+
+
+@dataclasses.dataclass(frozen=True)
+class CachePlan:
+    where: dict[str, Where]  # adapter name -> its state before the engines
+    jobs: tuple[dict[str, Any], ...] = ()  # downloads to create (never forced)
+    records: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = ()  # (claim, annotations) once verified
+
+
+def plan(wanted: list[Source], ref: mc.CacheRef, *, cache_ready: bool, claim: Mapping[str, Any] | None,
+         jobs: Mapping[str, dict[str, Any] | None], job_pods: Mapping[str, list[dict[str, Any]]], namespace: str,
+         image: str, token_secret: tuple[str, str] | None) -> CachePlan:
+    """Each adapter's state, the Jobs to create and the commits to stamp, for one deployment.
+    `jobs` and `job_pods` are keyed by Source.key (the shell reads them while needs_job_reads)."""
+    where: dict[str, Where] = {}
+    create: dict[str, dict[str, Any]] = {}
+    records: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for source in wanted:
+        found = locate(source, ref, cache_ready=cache_ready, claim=claim, job=jobs.get(source.key),
+                       job_pods=list(job_pods.get(source.key) or ()))
+        if found.download is not None and claim is not None and source.key not in create:
+            uid = claim["metadata"].get("uid") or ""
+            create[source.key] = build_job(source, ref, namespace, uid, image=image, token_secret=token_secret)
+        if found.path is not None and found.commit is not None and not recorded(source, claim) and claim is not None:
+            records.append(record(claim, source, found.commit))
+        where[source.name] = found
+    return CachePlan(where, jobs=tuple(create.values()), records=tuple(records))

@@ -18,6 +18,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shardwise import conditions
+from shardwise.api.v1alpha1 import InferenceDeploymentSpec
+from shardwise.decide import adaptercache
+from shardwise.render import modelcache as mc
 
 LOADED_ANNOTATION = "shardwise.io/loaded-adapters"  # gateway/routes.py LOADED_ADAPTERS_ANNOTATION
 FAILURES_ANNOTATION = "shardwise.io/adapter-failures"  # {name: {"reason", "message", "path"}}
@@ -25,7 +28,8 @@ CONDITION = "AdaptersReady"
 
 # Reasons under which an adapter may still come; the gateway holds requests for these
 # (gateway/routes.py ADAPTER_ON_ITS_WAY) and refuses at once for every other one.
-LOADED, LOADING, NO_READY_REPLICA = "Loaded", "Loading", "NoReadyReplica"
+LOADED, LOADING, NO_READY_REPLICA, DOWNLOADING = "Loaded", "Loading", "NoReadyReplica", "Downloading"
+WAITING = frozenset({LOADING, NO_READY_REPLICA, DOWNLOADING})
 RANK_ABOVE_LIMIT, FILES_MISSING, LOAD_FAILED = "RankAboveLimit", "AdapterFilesMissing", "AdapterLoadFailed"
 
 
@@ -40,6 +44,27 @@ class Failure:
 class Actions:
     unload: tuple[str, ...] = ()
     load: tuple[tuple[str, str], ...] = ()  # (name, path)
+
+
+def wanted_paths(spec: InferenceDeploymentSpec, ref: mc.CacheRef, claim: Mapping[str, Any] | None) -> dict[str, str]:
+    """name -> what the engines load, for the spec's adapters whose files are ready (verified in
+    the model's claim, a path in it, or a hub id the engine fetches itself)."""
+    return {s.name: path for s in adaptercache.sources(spec)
+            if (path := adaptercache.ready_path(s, ref, claim)) is not None}
+
+
+def with_cache_state(entries: list[dict[str, Any]], where: Mapping[str, adaptercache.Where]) -> list[dict[str, Any]]:
+    """Entries of adapter_status with what happened before the engines: an adapter whose files are
+    not ready reads as its download or its source's problem; a downloaded one carries its commit."""
+    out = []
+    for entry in entries:
+        found = where.get(entry["name"])
+        if found is not None and found.path is None and entry["loadedReplicas"] == 0:
+            entry = {**entry, "reason": found.reason, "message": found.message}
+        if found is not None and found.commit:
+            entry = {**entry, "commit": found.commit}
+        out.append(entry)
+    return out
 
 
 def served_adapters(models: Mapping[str, Any]) -> dict[str, str]:
@@ -139,7 +164,7 @@ def adapter_status(names: Iterable[str], serving_pods: list[Mapping[str, Any]]) 
 def condition(entries: list[dict[str, Any]]) -> conditions.Condition:
     """AdaptersReady: True when every adapter is loaded on every ready replica; else the first
     failure's reason (a person must act), else Loading."""
-    failed = [e for e in entries if e["reason"] not in (LOADED, LOADING, NO_READY_REPLICA)]
+    failed = [e for e in entries if e["reason"] != LOADED and e["reason"] not in WAITING]
     if failed:
         return conditions.Condition(CONDITION, False, failed[0]["reason"],
                                     "; ".join(f"{e['name']}: {e['message']}" for e in failed))

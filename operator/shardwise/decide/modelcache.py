@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from shardwise.decide import cachestate
@@ -32,6 +33,9 @@ class CacheInputs:
     pods: tuple[dict[str, Any], ...] = ()
     claim_events: tuple[dict[str, Any], ...] = ()
     scraped: dict[str, Any] | None = None
+    # LoRA adapters' downloads, by adaptercache.Source.key: read only while one is on its way.
+    adapter_jobs: Mapping[str, dict[str, Any] | None] = dataclasses.field(default_factory=dict)
+    adapter_pods: Mapping[str, tuple[dict[str, Any], ...]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,8 +32,10 @@ from typing import Any
 
 import pydantic
 
+from shardwise import conditions
 from shardwise.api import v1alpha1 as api
-from shardwise.decide import cachestate, missing_api, modelcache, ownership, planning, progress, rollouts
+from shardwise.decide import adaptercache, adapters, cachestate, missing_api, modelcache, ownership, planning, progress, rollouts
+from shardwise.decide import live_status
 from shardwise.decide import routing as routing_status
 from shardwise.decide.transitions import Announcement, transitions
 from shardwise.decide.workload_health import Failure
@@ -190,6 +192,16 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
         deletes += chosen.delete
         annotate += [chosen.record] if chosen.record else []
         expected_start_s = mc.expected_start_seconds(mc.weight_bytes(plan), cached=cache_ref.mode != "None")
+    adapter_cache = None
+    if snapshot.cache is not None and spec.adapters:
+        token = spec.model.hfTokenSecretRef
+        adapter_cache = adaptercache.plan(
+            adaptercache.sources(spec), snapshot.cache.ref, cache_ready=cache is not None and cache.ready,
+            claim=snapshot.cache.claim, jobs=snapshot.cache.adapter_jobs,
+            job_pods={k: list(v) for k, v in snapshot.cache.adapter_pods.items()}, namespace=owner.namespace,
+            image=snapshot.downloader_image, token_secret=(token.name, token.key) if token else None)
+        applies += [Apply(job, force=False) for job in adapter_cache.jobs]
+        annotate += adapter_cache.records
     if cache is not None and cache.ready:
         wanted = children.render(owner, spec, plan, desired, runtime_image=snapshot.runtime_image,
                                  cache=cache_ref, expected_start_s=expected_start_s)
@@ -239,6 +251,8 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
     if lws_missing:
         update = missing_api.lws_not_installed_status(update, stored, generation=generation, now=now)
     update = _with_routing(update, snapshot, spec, owner, routed, missing_routing, generation=generation, now=now)
+    update = _with_adapters(update, spec, pods, adapter_cache.where if adapter_cache else {},
+                            generation=generation, now=now)
     deletes += routing_status.unwanted(spec, owner, snapshot.owned_routing)
     if cache is not None:
         update["modelCache"] = cachestate.status_fields(cache_ref, cache, expected_start_s=expected_start_s)
@@ -268,6 +282,22 @@ def _with_routing(update: dict[str, Any], snapshot: Snapshot, spec: api.Inferenc
         spec, owner, missing=missing, pool=seen(routing.POOL_KIND, pool_key),
         route=seen(routing.ROUTE_KIND, route_key) if routing.route_enabled(spec) else None)
     return routing_status.with_routed(update, condition, generation=generation, now=now)
+
+
+def _with_adapters(update: dict[str, Any], spec: api.InferenceDeploymentSpec, pods: list[dict[str, Any]],
+                   where: Mapping[str, adaptercache.Where], *, generation: int | None, now: str) -> dict[str, Any]:
+    """status.adapters and AdaptersReady from what each ready replica's engine serves (the pod
+    annotations the adapter loop writes) and where each adapter's files are; both absent when the
+    spec has no adapters."""
+    names = [a.name for a in spec.adapters]
+    kept = [c for c in update.get("conditions") or [] if c.get("type") != adapters.CONDITION]
+    if not names:
+        return {**{k: v for k, v in update.items() if k != "adapters"}, "conditions": kept}
+    serving = [p for p in pods if p["metadata"]["name"] in live_status.scrape_targets(pods)]
+    entries = adapters.with_cache_state(adapters.adapter_status(names, serving), where)
+    merged = conditions.merge(update.get("conditions") or [], [adapters.condition(entries)],
+                              generation=generation, now=now)
+    return {**update, "adapters": entries, "conditions": merged}
 
 
 def _with_status(stored: dict[str, Any], update: dict[str, Any]) -> Decision:

@@ -38,6 +38,9 @@ def transitions(old_status: dict[str, Any], new_status: dict[str, Any]) -> list[
             out.append(("Warning", cond["reason"], cond["message"]))
         elif cond["type"] in ("Planned", "Routed") and cond["status"] == "False":
             out.append(("Warning", cond["reason"], cond["message"]))
+        elif cond["type"] == "AdaptersReady" and cond["reason"] != "AdaptersLoading":
+            # A refused adapter (rank above the limit, files missing) and the recovery, once each.
+            out.append(("Normal" if cond["status"] == "True" else "Warning", cond["reason"], cond["message"]))
     # Planned=False and Degraded=True usually carry the same reason: one event per (type, reason).
     seen: set[tuple[str, str]] = set()
     return [e for e in out if (e[0], e[1]) not in seen and not seen.add((e[0], e[1]))]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shardwise.api import lora
 from shardwise.api.v1alpha1 import GROUP, KIND, VERSION, InferenceDeploymentSpec
 from shardwise.planner import models
 from shardwise.render import labels, probes
@@ -59,6 +60,8 @@ def _env(spec: InferenceDeploymentSpec) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
+    if lora.limits(spec) is not None:
+        env.append(dict(lora.RUNTIME_UPDATES_ENV))
     ref = spec.model.hfTokenSecretRef
     if ref is not None:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardwise.api import lora
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 
 VLLM_PORT = 8000
@@ -37,4 +38,4 @@ def build_serve_args(spec: InferenceDeploymentSpec, plan: dict[str, Any], resour
     ]
     if spec.model.quantization is not None:
         args += ["--quantization", spec.model.quantization.value]
-    return args + list(spec.serving.extraArgs)
+    return args + lora.serve_flags(spec) + list(spec.serving.extraArgs)

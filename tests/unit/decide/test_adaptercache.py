@@ -81,3 +81,36 @@ def test_the_job_is_the_model_downloader_pointed_at_the_adapters_folder_with_lab
         assert mc.CACHE_LABEL not in labels and labels[ac.JOB_LABEL] == HUB.key
     volumes = built["spec"]["template"]["spec"]["volumes"]
     assert {"name": "cache", "persistentVolumeClaim": {"claimName": "model-cache-abc"}} in volumes
+
+
+def test_the_plan_creates_one_job_per_download_and_stamps_each_commit_once() -> None:
+    twin = ac.Source("sql-copy", repo="org/sql-lora", revision="v1")  # same files: one Job
+    other = ac.Source("chat", repo="org/chat-lora")
+    common = dict(cache_ready=True, claim=claim(), namespace="ns", image="dl:1", token_secret=None)
+    first = ac.plan([HUB, twin, other], CLUSTER, jobs={}, job_pods={}, **common)
+    assert sorted(j["metadata"]["name"] for j in first.jobs) == sorted({ac.job_name("model-cache-abc", HUB),
+                                                                       ac.job_name("model-cache-abc", other)})
+    assert not first.records and {w.reason for w in first.where.values()} == {"Downloading"}
+    verified = [pod({"state": "Complete", "verified": True, "commit": "c0ffee"})]
+    done = ac.plan([HUB], CLUSTER, jobs={HUB.key: job("Complete")}, job_pods={HUB.key: verified}, **common)
+    assert not done.jobs and done.where["sql"].commit == "c0ffee"
+    (stamp,) = done.records
+    assert stamp[1] == {"annotations": {ac.ANNOTATION_PREFIX + HUB.key: "c0ffee"}}
+    stamped = claim(**{ac.ANNOTATION_PREFIX + HUB.key: "c0ffee"})
+    later = ac.plan([HUB], CLUSTER, jobs={}, job_pods={}, **{**common, "claim": stamped})
+    assert not later.jobs and not later.records and later.where["sql"].path == done.where["sql"].path
+
+
+def test_job_reads_only_while_a_hub_download_is_on_its_way() -> None:
+    assert ac.needs_job_reads(HUB, CLUSTER, claim())
+    assert not ac.needs_job_reads(HUB, CLUSTER, claim(**{ac.ANNOTATION_PREFIX + HUB.key: "c"}))
+    assert not ac.needs_job_reads(HUB, CLUSTER, None)  # the model's claim comes first
+    assert not ac.needs_job_reads(ac.Source("x", path="loras/x"), CLUSTER, claim())
+    assert not ac.needs_job_reads(HUB, mc.CacheRef("None", model="org/base"), None)
+
+
+def test_ready_path_is_none_until_verified() -> None:
+    assert ac.ready_path(HUB, CLUSTER, claim()) is None
+    assert ac.ready_path(HUB, CLUSTER, claim(**{ac.ANNOTATION_PREFIX + HUB.key: "c"})) == \
+        f"/model-cache/adapters/{HUB.key}"
+    assert ac.ready_path(HUB, mc.CacheRef("None", model="org/base"), None) == "org/sql-lora"
