@@ -10,8 +10,10 @@ refused with RankAboveLimit (lora.maxLoraRank set: the user's limit is kept).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
-from shardwise.api.v1alpha1 import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, LORA_RANKS, InferenceDeploymentSpec
+from shardwise.api.v1alpha1 import (DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, LORA_RANKS, AdapterSpec,
+                                    InferenceDeploymentSpec, LoraSpec)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,10 +30,13 @@ def smallest_rank_for(rank: int) -> int:
 
 def limits(spec: InferenceDeploymentSpec) -> Limits | None:
     """None: LoRA off (no spec.lora and no adapters)."""
-    if spec.lora is None and not spec.adapters:
+    return limits_of(spec.lora, spec.adapters)
+
+
+def limits_of(lora: LoraSpec | None, adapters: Sequence[AdapterSpec]) -> Limits | None:
+    if lora is None and not adapters:
         return None
-    lora = spec.lora
-    known = [a.rank for a in spec.adapters if a.rank is not None]
+    known = [a.rank for a in adapters if a.rank is not None]
     if lora is not None and lora.maxLoraRank is not None:
         max_rank = lora.maxLoraRank
     else:

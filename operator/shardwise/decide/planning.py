@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from shardwise import planner
+from shardwise.api import lora
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 from shardwise.planner import hfconfig
 from shardwise.planner.models import ModelArch, lookup_model
@@ -25,6 +26,9 @@ def planning_fingerprint(spec: InferenceDeploymentSpec) -> str:
     data["serving"] = [serving.maxModelLen, serving.maxConcurrency, serving.gpuMemoryUtilization]
     data["model"].pop("hfTokenSecretRef", None)
     data["model"].pop("servedName", None)
+    found = lora.limits(spec)
+    if found is not None:  # the adapter slots' memory, not the adapter list: adding one plans nothing
+        data["lora"] = [found.max_rank, found.max_loras]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

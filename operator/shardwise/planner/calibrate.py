@@ -95,7 +95,7 @@ def kv_capacity_tokens(
         tp=tp,
         pp=pp,
     )
-    room = (fit.usable_gib - fit.weights_gib - fit.overhead_gib) * memory.GIB
+    room = (fit.usable_gib - fit.fixed_gib) * memory.GIB
     per_token = (
         arch.kv_elements_per_token() * kv_bytes_per_element
         * memory.stage_share(arch.layers, pp) / min(tp, arch.kv_heads)

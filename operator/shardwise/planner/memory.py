@@ -17,6 +17,16 @@ vLLM reserves `gpuMemoryUtilization` x GPU memory per GPU and must fit, on every
   hiddenSize per token at peak (attention and MLP intermediates), split by TP. Kaito's estimator
   reserves 2.3 GiB in total for the same things (GPU-FACTS.md); ours is close for 8B-70B models.
 
+With LoRA on, vLLM also holds GPU buffers for `max_loras` adapters of `max_lora_rank` on every
+layer's attention and MLP projections, allocated at start whatever adapters are loaded:
+
+    LoRA         = maxLoras x rank x 2 bytes x (stage's layers) x per-layer (in + out) widths
+
+- per layer: qkv (A 3 x hidden, B (q + 2 kv)/TP), o (A q/TP, B hidden), gate_up (A 2 x hidden,
+  B 2 x ffn/TP), down (A ffn/TP, B hidden): vLLM shards the B of column-parallel layers and the A
+  of row-parallel ones, and keeps the other whole on every GPU (fully_sharded_loras off). The MLP
+  width is not in the catalog: it is what the layer's parameters leave after attention, / 3 hidden.
+
 Worked example, Llama-3.1-70B bf16, TP4, 16 x 8192 tokens, H100 80GB (81,559 MiB) at 0.9:
 weights 70.6e9 x 2 / 4 = 32.9 GiB; KV 16 x 8192 x 327,680 B / 4 = 10.0 GiB; overhead
 1.5 + 2048 x 8192 x 32 / 4 B = 1.63 GiB; total 44.5 GiB of 71.7 GiB usable: fits.
@@ -46,10 +56,16 @@ class MemoryFit:
     overhead_gib: float
     usable_gib: float
     kv_gib_per_sequence: float  # one maxModelLen sequence, per GPU
+    lora_gib: float = 0.0  # LoRA adapter slots (spec.lora), 0 without
 
     @property
     def needed_gib(self) -> float:
-        return self.weights_gib + self.kv_cache_gib + self.overhead_gib
+        return self.weights_gib + self.kv_cache_gib + self.overhead_gib + self.lora_gib
+
+    @property
+    def fixed_gib(self) -> float:
+        """What the KV cache cannot use: weights, overhead and LoRA slots."""
+        return self.weights_gib + self.overhead_gib + self.lora_gib
 
     @property
     def fits(self) -> bool:
@@ -57,7 +73,7 @@ class MemoryFit:
 
     def kv_room_tokens(self, max_model_len: int) -> float:
         """Tokens of KV cache the room left after weights and overhead holds (per replica)."""
-        room = self.usable_gib - self.weights_gib - self.overhead_gib
+        room = self.usable_gib - self.fixed_gib
         if room <= 0 or self.kv_gib_per_sequence <= 0:
             return 0.0
         return room / self.kv_gib_per_sequence * max_model_len
@@ -65,7 +81,7 @@ class MemoryFit:
     @property
     def sequences_that_fit(self) -> int:
         """How many maxModelLen sequences the KV room left after weights and overhead holds."""
-        room = self.usable_gib - self.weights_gib - self.overhead_gib
+        room = self.usable_gib - self.fixed_gib
         if room <= 0 or self.kv_gib_per_sequence <= 0:
             return 0
         return int(room / self.kv_gib_per_sequence)
@@ -90,6 +106,8 @@ def memory_per_gpu(
     gpu_memory_mib: int,
     tp: int,
     pp: int,
+    lora_slots: int = 0,
+    lora_rank: int = 0,
 ) -> MemoryFit:
     share = stage_share(arch.layers, pp)
     weights = arch.parameters * bytes_per_weight * share / tp
@@ -104,4 +122,24 @@ def memory_per_gpu(
         overhead_gib=FIXED_OVERHEAD_GIB + activations / GIB,
         usable_gib=gpu_memory_utilization * gpu_memory_mib * MIB / GIB,
         kv_gib_per_sequence=per_sequence / GIB,
+        lora_gib=lora_bytes_per_gpu(arch, lora_slots, lora_rank, tp=tp, pp=pp) / GIB,
     )
+
+
+def mlp_width(arch: models.ModelArch) -> float:
+    """The MLP's intermediate size, from what a layer's parameters leave after attention
+    (embeddings are counted in, so it reads a little wide: Llama-3.1-8B 17,000 for 14,336)."""
+    q = arch.attention_heads * arch.head_dim
+    attention = arch.hidden_size * (q + 2 * arch.kv_heads * arch.head_dim) + q * arch.hidden_size
+    per_layer = arch.active_parameters / arch.layers
+    return max(float(arch.hidden_size), (per_layer - attention) / (3 * arch.hidden_size))
+
+
+def lora_bytes_per_gpu(arch: models.ModelArch, slots: int, rank: int, *, tp: int, pp: int) -> float:
+    """GPU bytes of `slots` LoRA adapters of `rank` on the fullest GPU (the formula above)."""
+    if slots <= 0 or rank <= 0:
+        return 0.0
+    h, q, kv, ffn = arch.hidden_size, arch.attention_heads * arch.head_dim, arch.kv_heads * arch.head_dim, mlp_width(arch)
+    per_layer = (3 * h + (q + 2 * kv) / tp) + (q / tp + h) + (2 * h + 2 * ffn / tp) + (ffn / tp + h)
+    layers = math.ceil(arch.layers / pp)
+    return slots * rank * KV_BYTES_PER_ELEMENT * layers * per_layer

@@ -121,6 +121,7 @@ class Plan:
                 "kvCacheGiBPerGPU": round(fit.kv_cache_gib, 2),
                 "overheadGiBPerGPU": round(fit.overhead_gib, 2),
                 "usableGiBPerGPU": round(fit.usable_gib, 2),
+                **({"loraGiBPerGPU": round(fit.lora_gib, 2)} if fit.lora_gib else {}),
             }
             if fit
             else None,

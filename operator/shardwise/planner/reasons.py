@@ -58,7 +58,10 @@ def _memory_words(request: PlanRequest, fit: memory.MemoryFit) -> str:
     return (
         f"per GPU {fit.weights_gib:.1f} GiB weights + {fit.kv_cache_gib:.1f} GiB KV cache "
         f"({request.max_concurrency} x {request.max_model_len} tokens) + "
-        f"{fit.overhead_gib:.1f} GiB overhead = {fit.needed_gib:.1f} of "
+        f"{fit.overhead_gib:.1f} GiB overhead"
+        + (f" + {fit.lora_gib:.2f} GiB LoRA ({request.lora_slots} adapter slots of rank {request.lora_rank})"
+           if request.lora_slots else "")
+        + f" = {fit.needed_gib:.1f} of "
         f"{fit.usable_gib:.1f} GiB usable"
     )
 

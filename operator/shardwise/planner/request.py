@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic
+
 from shardwise import pricing
-from shardwise.api import bounds, extra_args, images, model_ids
+from shardwise.api import bounds, extra_args, images, lora, model_ids
 from shardwise.api import v1alpha1 as api
 from shardwise.planner import models, placement
 
@@ -63,6 +65,8 @@ class PlanRequest:
     output_tokens: int = _DEFAULT_OUTPUT_TOKENS
     concurrency: int | None = None  # planned requests in flight; None = maxConcurrency
     request_rate: float | None = None  # planned requests/s; wins over concurrency
+    lora_slots: int = 0  # spec.lora: GPU adapter slots (vLLM --max-loras); 0 = LoRA off
+    lora_rank: int = 0  # and their rank (--max-lora-rank)
 
     @property
     def bytes_per_weight(self) -> float:
@@ -219,6 +223,21 @@ def _architecture(
         ),
         **config_facts,
     )
+
+
+def _lora(spec: Mapping[str, Any]) -> dict[str, int]:
+    """spec.lora and the adapters' ranks: the LoRA slots vLLM holds on every GPU (api.lora.limits)."""
+    if not spec.get("lora") and not spec.get("adapters"):
+        return {}
+    try:
+        found = lora.limits_of(api.LoraSpec.model_validate(spec["lora"]) if spec.get("lora") is not None else None,
+                               [api.AdapterSpec.model_validate(a) for a in spec.get("adapters") or []])
+    except pydantic.ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"])
+        raise PlanInputError("spec.lora" if not spec.get("adapters") else "spec.adapters",
+                             f"{where}: {error['msg']}") from None
+    return {"lora_slots": found.max_loras, "lora_rank": found.max_rank} if found else {}
 
 
 def _workload(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -400,4 +419,5 @@ def request_from_spec(
         tolerations=_tolerations(placement_spec.get("tolerations") or []),
         gpu_hour_usd=price,
         **_workload(spec),
+        **_lora(spec),
     )

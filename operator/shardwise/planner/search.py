@@ -122,6 +122,8 @@ def layout_fit(
         gpu_memory_mib=shape.gpu.memory_mib,
         tp=lay.tp,
         pp=lay.pp,
+        lora_slots=request.lora_slots,
+        lora_rank=request.lora_rank,
     )
 
 

@@ -72,3 +72,23 @@ def test_adding_an_adapter_within_the_limits_changes_no_argument() -> None:
     after = spec(lora={}, adapters=[hub("a", 8), hub("b", 16), hub("c")])
     assert vllm_args.build_serve_args(before, PLAN, "x") == vllm_args.build_serve_args(after, PLAN, "x")
     assert pod._env(before) == pod._env(after)
+
+
+def test_the_planner_counts_the_adapter_slots_and_says_so() -> None:
+    from shardwise.planner import memory, models
+    from shardwise.planner.request import request_from_spec
+
+    arch = models.lookup_model("meta-llama/Llama-3.1-8B-Instruct")
+    # A rank-64 slot on every linear layer of Llama-3.1-8B, unsharded, an A and a B per projection
+    # as vLLM stacks them: 32 x 64 x 2 B x (in + out: q 4096+4096, k and v 4096+1024 each, o
+    # 4096+4096, gate and up 4096+14336 each, down 14336+4096 = 81,920), 336 MB; the MLP width
+    # read from the parameter count is a little wide.
+    one = memory.lora_bytes_per_gpu(arch, 1, 64, tp=1, pp=1)
+    assert 1.0 <= one / (32 * 64 * 2 * 81920) < 1.15
+    assert memory.lora_bytes_per_gpu(arch, 4, 64, tp=1, pp=1) == 4 * one
+    assert memory.lora_bytes_per_gpu(arch, 1, 64, tp=4, pp=1) < one  # the sharded halves split
+    assert memory.lora_bytes_per_gpu(arch, 0, 64, tp=1, pp=1) == 0
+    request = request_from_spec({"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "lora": {"maxLoras": 8},
+                                 "adapters": [hub("sql", 64)]})
+    assert (request.lora_slots, request.lora_rank) == (8, 64)
+    assert request_from_spec({"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}}).lora_slots == 0
