@@ -8,7 +8,8 @@ predictions), so latency rises with load and falls when the load spreads over mo
 
 Modules: `config` (what one engine is), `measured` (base latencies from measured figures),
 `latency` (pure latency model), `protocol` and `errors`
-(pure OpenAI/vLLM bodies), `metrics` (vLLM's Prometheus families), `engine` (admission, timing,
+(pure OpenAI/vLLM bodies), `lora` (pure adapter registry and its answers), `adapterfiles` (what an
+adapter path holds), `metrics` (vLLM's Prometheus families), `engine` (admission, timing,
 accounting), `app` (HTTP), `pods` (pure pod -> engine mapping), `fleet` (pod watch shell),
 `load` (load generator), `targets` (load targets that follow a deployment's pods), `loopback`
 (the guard that keeps all traffic on 127.0.0.0/8), `server` (CLI).

@@ -1,9 +1,10 @@
 """The HTTP face of one simulated engine: vLLM 0.32's OpenAI-compatible routes on aiohttp.
 
 Handlers only translate between HTTP and the pure modules: bodies come from `protocol`, errors
-from `errors`, timing and accounting from `engine`. aiohttp rather than FastAPI keeps a fleet of
-hundreds of engines in one process cheap; the responses still carry uvicorn's `server` header and
-vLLM's content types so that nothing downstream can tell the difference by looking.
+from `errors` and `lora` (adapter loads), timing and accounting from `engine`. aiohttp rather than
+FastAPI keeps a fleet of hundreds of engines in one process cheap; the responses still carry
+uvicorn's `server` header and vLLM's content types so that nothing downstream can tell the
+difference by looking.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import exposition
 
-from shardwise_runtime.sim import errors, protocol
+from shardwise_runtime.sim import errors, lora, protocol
 from shardwise_runtime.sim.engine import Engine, Plan, plan_generation
 
 ENGINE_KEY = web.AppKey("engine", Engine)
@@ -42,18 +43,56 @@ async def health(_: web.Request) -> web.Response:
 
 
 async def models(request: web.Request) -> web.Response:
-    """GET /v1/models (models.json)."""
+    """GET /v1/models (models.json; with adapters, lora/models-with-adapters.json)."""
     engine = request.app[ENGINE_KEY]
     config = engine.config
+    permission_id = engine.new_id("modelperm")
+    adapters = [
+        protocol.AdapterCard(a.name, a.root, a.parent, engine.new_id("modelperm"))
+        for a in engine.adapters or ()
+    ]
     return _json(
         protocol.models_response(
             config.served_model_names,
             config.model,
             config.max_model_len,
             engine.started,
-            engine.new_id("modelperm"),
+            permission_id,
+            adapters,
         )
     )
+
+
+async def _read_json(request: web.Request) -> tuple[object, errors.ErrorBody | None]:
+    try:
+        return json.loads(await request.read()), None
+    except (ValueError, UnicodeDecodeError) as error:
+        return None, errors.invalid_json(str(error))
+
+
+def _text(text: str) -> web.Response:
+    # vLLM answers a successful (un)load with a bare starlette Response: plain text, no JSON.
+    return web.Response(status=200, text=text)
+
+
+async def load_lora_adapter(request: web.Request) -> web.Response:
+    """POST /v1/load_lora_adapter (lora/load-*.txt)."""
+    body, invalid = await _read_json(request)
+    parsed = invalid or lora.read_load(body)
+    if not isinstance(parsed, lora.LoadRequest):
+        return _error(parsed)
+    refused = await request.app[ENGINE_KEY].load_adapter(parsed)
+    return _error(refused) if refused is not None else _text(lora.added_text(parsed.name))
+
+
+async def unload_lora_adapter(request: web.Request) -> web.Response:
+    """POST /v1/unload_lora_adapter (lora/unload-*.txt)."""
+    body, invalid = await _read_json(request)
+    name = invalid or lora.read_unload(body)
+    if not isinstance(name, str):
+        return _error(name)
+    refused = request.app[ENGINE_KEY].unload_adapter(name)
+    return _error(refused) if refused is not None else _text(lora.removed_text(name))
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -73,7 +112,7 @@ async def _complete(request: web.Request, kind: protocol.Kind) -> web.StreamResp
         return _error(errors.validation_failed(problems))
     assert isinstance(body, dict)
     parsed = protocol.read_request(kind, body)
-    plan = plan_generation(parsed, engine.config, engine.rng)
+    plan = plan_generation(parsed, engine.config, engine.rng, engine.adapters or ())
     if not isinstance(plan, Plan):
         return _error(plan)
     ident = protocol.Identity(
@@ -91,7 +130,7 @@ async def _complete(request: web.Request, kind: protocol.Kind) -> web.StreamResp
     return _json(
         build(
             ident,
-            protocol.generated_text(generation.emitted),
+            protocol.generated_text(generation.emitted, plan.shift),
             plan.finish_reason,
             plan.prompt_tokens,
             generation.emitted,
@@ -116,7 +155,10 @@ async def _stream(
                     await response.write(protocol.sse_event(protocol.role_chunk(ident)))
                 last = index == plan.tokens - 1
                 chunk = protocol.token_chunk(
-                    ident, kind, protocol.token_text(index), plan.finish_reason if last else None
+                    ident,
+                    kind,
+                    protocol.token_text(index, plan.shift),
+                    plan.finish_reason if last else None,
                 )
                 await response.write(protocol.sse_event(chunk))
         if include_usage:
@@ -154,6 +196,10 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
+    if engine.config.runtime_lora_updating:
+        # vLLM registers these only with VLLM_ALLOW_RUNTIME_LORA_UPDATING; else they are 404s.
+        app.router.add_post("/v1/load_lora_adapter", load_lora_adapter)
+        app.router.add_post("/v1/unload_lora_adapter", unload_lora_adapter)
     app.router.add_route("*", "/{path:.*}", not_found)
     return app
 

@@ -5,7 +5,8 @@ and queue time are what a client and /metrics then see. This module reproduces t
 asyncio.Semaphore as the batch (FIFO, so waiting requests are admitted in arrival order) and
 sleeps whose lengths come from the pure `LatencyModel`, evaluated at the batch size of the
 moment. Tokens are scheduled against deadlines, not chained sleeps, so event-loop overhead
-does not accumulate into the measured latencies.
+does not accumulate into the measured latencies. LoRA adapters (`lora`) are served names of
+their own: loaded at start-up or at runtime, answered with their own text, counted per adapter.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import dataclasses
 import hashlib
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Container
 
-from shardwise_runtime.sim import errors, latency, metrics, protocol
+from shardwise_runtime.sim import adapterfiles, errors, latency, lora, metrics, protocol
 from shardwise_runtime.sim.config import EngineConfig
 
 # Requests the engine was given no max_tokens for stop "naturally" after this many tokens
@@ -36,13 +37,28 @@ class Plan:
     max_tokens: int
     finish_reason: protocol.FinishReason
     n: int
+    lora: str | None = None  # the adapter asked for, by name
+    shift: int = 0  # where its text starts in the filler (protocol.adapter_shift)
 
 
 def plan_generation(
-    request: protocol.Request, config: EngineConfig, rng: random.Random
+    request: protocol.Request,
+    config: EngineConfig,
+    rng: random.Random,
+    adapters: Container[str] = (),
 ) -> Plan | errors.ErrorBody:
     """Accept a request (and decide its output length) or return the error vLLM would give."""
+    if request.model is not None and request.model in adapters:
+        # Planned as the base model would be, then answered under the adapter's name.
+        plan = plan_generation(dataclasses.replace(request, model=None), config, rng)
+        if not isinstance(plan, Plan):
+            return plan
+        name = request.model
+        return dataclasses.replace(
+            plan, model=name, lora=name, shift=protocol.adapter_shift(name)
+        )
     if request.model is not None and request.model not in config.served_model_names:
+        # The aliases are the base names only, even with adapters loaded (lora captures).
         return errors.unknown_model(request.model, config.served_model_names)
     if request.n != 1:
         return errors.unsupported(
@@ -130,7 +146,10 @@ class Engine:
         # batch of maximal requests runs, as with vLLM's own sizing for max_num_seqs.
         self.kv_cache_tokens = config.max_concurrency * config.max_model_len
         self.metrics = metrics.EngineMetrics(
-            config.served_model_name, config.max_model_len, self.kv_cache_tokens
+            config.served_model_name,
+            config.max_model_len,
+            self.kv_cache_tokens,
+            max_loras=config.lora.max_loras if config.lora else None,
         )
         self.rng = random.Random(config.seed)
         digest = hashlib.sha256(f"{config.model}:{config.seed}".encode()).hexdigest()
@@ -142,6 +161,62 @@ class Engine:
         self.waiting = 0
         self.kv_tokens = 0
         self._batch = asyncio.Semaphore(config.max_concurrency)
+        self.adapters = (
+            lora.Registry(config.served_model_name, config.lora.max_rank) if config.lora else None
+        )
+        self._lora_in_flight: dict[str, int] = {}  # adapter -> requests, in order of arrival
+        self._load_static_adapters()
+
+    def _inspect(self, path: str) -> adapterfiles.AdapterFiles | None:
+        assert self.config.lora is not None
+        return adapterfiles.inspect(
+            path,
+            hub_endpoint=self.config.lora.hub_endpoint,
+            hub_offline=self.config.lora.hub_offline,
+            mounts=self.config.lora.mounts,
+        )
+
+    def _load_static_adapters(self) -> None:
+        # --lora-modules: vLLM loads them before it serves and does not start if one fails.
+        if self.adapters is None or self.config.lora is None:
+            return
+        for module in self.config.lora.modules:
+            request = lora.LoadRequest(module.name, module.path, inplace=False)
+            refused = self.adapters.add(request, self._inspect(module.path), module.base_model_name)
+            if refused is not None:
+                raise ValueError(refused["error"]["message"])
+
+    async def load_adapter(self, request: lora.LoadRequest) -> errors.ErrorBody | None:
+        """POST /v1/load_lora_adapter: None once loaded, else vLLM's refusal."""
+        if self.adapters is None:
+            return lora.lora_disabled()
+        refused = self.adapters.check_name(request)
+        if refused is not None:
+            return refused
+        # A thread: reading a hub id is a blocking HTTP call and must not stall the tokens.
+        files = await asyncio.to_thread(self._inspect, request.path)
+        return self.adapters.add(request, files)
+
+    def unload_adapter(self, name: str) -> errors.ErrorBody | None:
+        """POST /v1/unload_lora_adapter: None once unloaded, else the 404 for an unknown name."""
+        if self.adapters is None:
+            return lora.unknown_adapter(name)
+        return self.adapters.remove(name)
+
+    def _record_lora_state(self) -> None:
+        self.metrics.record_lora_state(list(self._lora_in_flight))
+
+    def _lora_arrived(self, name: str | None) -> None:
+        if name is not None:
+            self._lora_in_flight[name] = self._lora_in_flight.get(name, 0) + 1
+        self._record_lora_state()
+
+    def _lora_left(self, name: str | None) -> None:
+        if name is not None:
+            self._lora_in_flight[name] -= 1  # in place: the others keep their order
+            if not self._lora_in_flight[name]:
+                del self._lora_in_flight[name]
+        self._record_lora_state()
 
     def exposition(self) -> bytes:
         """The /metrics body, with the scheduler gauges read at this moment.
@@ -150,6 +225,8 @@ class Engine:
         hot loop, and a scrape only ever sees the value of the moment anyway.
         """
         self.metrics.set_load(self.running, self.waiting, self.kv_tokens / self.kv_cache_tokens)
+        if self.running or self.waiting:
+            self._record_lora_state()  # a busy engine steps, and each step stamps the series
         return self.metrics.exposition()
 
     def new_id(self, prefix: str) -> str:
@@ -163,25 +240,29 @@ class Engine:
         Leaving the block with an exception (the client went away) records an abort.
         """
         arrival = time.monotonic()
-        self.waiting += 1
+        self._lora_arrived(plan.lora)
         try:
-            await self._batch.acquire()
+            self.waiting += 1
+            try:
+                await self._batch.acquire()
+            finally:
+                self.waiting -= 1
+            self.running += 1
+            self.kv_tokens += plan.prompt_tokens
+            generation = Generation(self, plan, arrival, time.monotonic())
+            try:
+                yield generation
+            except BaseException:
+                self.metrics.request_success["abort"].inc()
+                raise
+            else:
+                self._record(generation)
+            finally:
+                self.running -= 1
+                self.kv_tokens -= plan.prompt_tokens + generation.emitted
+                self._batch.release()
         finally:
-            self.waiting -= 1
-        self.running += 1
-        self.kv_tokens += plan.prompt_tokens
-        generation = Generation(self, plan, arrival, time.monotonic())
-        try:
-            yield generation
-        except BaseException:
-            self.metrics.request_success["abort"].inc()
-            raise
-        else:
-            self._record(generation)
-        finally:
-            self.running -= 1
-            self.kv_tokens -= plan.prompt_tokens + generation.emitted
-            self._batch.release()
+            self._lora_left(plan.lora)
 
     def _record(self, generation: Generation) -> None:
         plan = generation.plan

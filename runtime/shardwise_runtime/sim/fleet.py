@@ -67,8 +67,9 @@ class Fleet:
             runner, _ = await app.start_site(
                 Engine(engine_config), shutdown_timeout_s=SHUTDOWN_TIMEOUT_S
             )
-        except OSError as error:
-            # Another process holds the address; the next event or resync tries again.
+        except (OSError, ValueError) as error:
+            # OSError: another process holds the address; the next event or resync tries again.
+            # ValueError: a --lora-modules adapter vLLM would not start with (no files, rank).
             log.warning(
                 "cannot serve %s on %s:%d: %s", key, engine_config.host, engine_config.port, error
             )
@@ -132,14 +133,37 @@ def apply_event(known: dict[str, dict[str, Any]], event: PodEvent) -> None:
         known[pods.pod_key(payload)] = payload
 
 
-def desired_engines(known: Mapping[str, Mapping[str, Any]]) -> dict[str, EngineConfig]:
+def desired_engines(known: Mapping[str, Mapping[str, Any]],
+                    folders: Mapping[tuple[str, str], str] | None = None) -> dict[str, EngineConfig]:
     """Pod key -> engine config for every known pod that should have a simulated engine.
 
     Pods that ask for the real engine (`real.wants_real_engine`) never get a simulated one.
+    `folders`: (namespace, claim) -> the local folder of its PersistentVolume (`claim_folders`).
     """
-    configs = {key: pods.engine_config_from_pod(pod) for key, pod in known.items()
-               if not real.wants_real_engine(pod)}
+    folders = folders or {}
+    configs = {key: pods.engine_config_from_pod(pod, {path: folders[claim] for path, claim in
+                                                      pods.claim_mounts(pod).items() if claim in folders})
+               for key, pod in known.items() if not real.wants_real_engine(pod)}
     return {key: engine_config for key, engine_config in configs.items() if engine_config}
+
+
+def claim_folders(api: client.CoreV1Api, known: Mapping[str, Mapping[str, Any]],
+                  found: dict[tuple[str, str], str]) -> dict[tuple[str, str], str]:
+    """The local folder of each bound claim the pods mount (hostPath or local PVs, as the harness
+    creates them), added to `found`: what a kubelet would mount. Blocking: run it in a thread."""
+    for pod in known.values():
+        for claim in pods.claim_mounts(pod).values():
+            if claim in found:
+                continue
+            try:
+                volume = api.read_namespaced_persistent_volume_claim(claim[1], claim[0]).spec.volume_name
+                pv = api.read_persistent_volume(volume).spec if volume else None
+            except client.ApiException:
+                continue
+            source = (pv.host_path or pv.local) if pv is not None else None
+            if source is not None:
+                found[claim] = source.path
+    return found
 
 
 def _group(pod: Mapping[str, Any]) -> str | None:
@@ -225,6 +249,7 @@ async def run_fleet(kubeconfig: str, namespace: str, *, real_home: pathlib.Path 
     engines = real_runner.RealEngines(log_dir or pathlib.Path("."), _pod_status_reporter(api, known))
     group_ports: dict[str, int] = {}
     warned: set[str] = set()
+    folders: dict[tuple[str, str], str] = {}  # a bound claim's volume never moves
 
     def master_port(group: str) -> int:
         return group_ports.setdefault(group, loopback.free_port())
@@ -234,7 +259,7 @@ async def run_fleet(kubeconfig: str, namespace: str, *, real_home: pathlib.Path 
             apply_event(known, await events.get())
             while not events.empty():  # fold a burst of events into one apply
                 apply_event(known, events.get_nowait())
-            await fleet.apply(desired_engines(known))
+            await fleet.apply(desired_engines(known, await asyncio.to_thread(claim_folders, api, known, folders)))
             if install is not None:
                 await engines.apply(desired_real_engines(
                     known, install, base_env=os.environ, cpus=os.cpu_count() or 1, master_port=master_port))

@@ -135,7 +135,12 @@ class EngineMetrics:
     """The vllm:* families of one engine, with the updates the engine makes to them."""
 
     def __init__(
-        self, model_name: str, max_model_len: int, kv_cache_tokens: int, block_size: int = 16
+        self,
+        model_name: str,
+        max_model_len: int,
+        kv_cache_tokens: int,
+        block_size: int = 16,
+        max_loras: int | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         registry = self.registry
@@ -337,6 +342,19 @@ class EngineMetrics:
             tokens,
         )
         self._export_cache_config(max_model_len, kv_cache_tokens, block_size)
+        self._max_lora = str(max_loras)
+        # Only an engine started with --enable-lora has this family (metrics-lora.txt). The label
+        # order is the capture's, which differs from the order of vLLM's own labelnames.
+        self.lora_info = (
+            None
+            if max_loras is None
+            else Gauge(
+                "vllm:lora_requests_info",
+                "Running stats on lora requests.",
+                ("max_lora", "running_lora_adapters", "waiting_lora_adapters"),
+                registry=registry,
+            )
+        )
 
     def _export_cache_config(
         self, max_model_len: int, kv_cache_tokens: int, block_size: int
@@ -396,6 +414,18 @@ class EngineMetrics:
         self.waiting.set(waiting)
         self.waiting_capacity.set(waiting)
         self.kv_cache_usage.set(kv_usage)
+
+    def record_lora_state(self, adapters: list[str]) -> None:
+        """One engine step's adapters with requests in flight, stamped with the time.
+
+        vLLM sets the series of the step's label set to the current time and never removes a
+        series, so each set of adapters seen keeps the time it was last seen. 0.32 lists every
+        adapter with a request in flight under both labels (the capture shows `a1`/`a1`).
+        """
+        if self.lora_info is None:
+            return
+        names = ",".join(adapters)
+        self.lora_info.labels(self._max_lora, names, names).set_to_current_time()
 
     def observe_prefill(self, prompt_tokens: int, ttft_s: float, step_tokens: int) -> None:
         """The engine step that computed a prompt and produced its first token.

@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shardwise_runtime.sim import config as sim_config
 from shardwise_runtime.sim import measured
 from shardwise_runtime.sim.config import VLLM_PORT, EngineConfig
 
@@ -45,6 +46,11 @@ class VllmArgs:
     tensor_parallel_size: int | None = None
     pipeline_parallel_size: int | None = None
     quantization: str | None = None
+    enable_lora: bool = False
+    max_lora_rank: int | None = None
+    max_loras: int | None = None
+    max_cpu_loras: int | None = None
+    lora_modules: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +65,9 @@ def _tokens(argv: Sequence[str]) -> list[str]:
     # `sh -c "vllm serve ..."` hides the arguments in one string; split such strings too.
     tokens: list[str] = []
     for item in argv:
-        tokens.extend(shlex.split(item) if any(c.isspace() for c in item) else [item])
+        # A JSON value (`--lora-modules '{"name": ...}'`) is one argument, spaces and all.
+        split = any(c.isspace() for c in item) and not item.lstrip().startswith(("{", "["))
+        tokens.extend(shlex.split(item) if split else [item])
     return tokens
 
 
@@ -95,7 +103,9 @@ def parse_vllm_args(argv: Sequence[str]) -> VllmArgs:
             values[name] = [inline]
             continue
         collected = []
-        while index < len(tokens) and not tokens[index].startswith("-"):
+        while index < len(tokens) and (
+            not tokens[index].startswith("-") or tokens[index].startswith(("{", "["))
+        ):
             collected.append(tokens[index])
             index += 1
         values[name] = collected
@@ -110,15 +120,41 @@ def parse_vllm_args(argv: Sequence[str]) -> VllmArgs:
         tensor_parallel_size=_int(first.get("tensor-parallel-size")),
         pipeline_parallel_size=_int(first.get("pipeline-parallel-size")),
         quantization=first.get("quantization"),
+        # argparse's last-wins does not survive the dict; --no-enable-lora is the rarer spelling.
+        enable_lora="enable-lora" in values and "no-enable-lora" not in values,
+        max_lora_rank=_int(first.get("max-lora-rank")),
+        max_loras=_int(first.get("max-loras")),
+        max_cpu_loras=_int(first.get("max-cpu-loras")),
+        lora_modules=tuple(values.get("lora-modules", ())),
     )
 
 
-def _vllm_container(pod: Mapping[str, Any]) -> VllmArgs | None:
+def _vllm_container(pod: Mapping[str, Any]) -> tuple[VllmArgs, dict[str, str]] | None:
+    """The `vllm serve` arguments of the pod's engine container and its literal env values."""
     for container in pod.get("spec", {}).get("containers", []) or []:
         args = parse_vllm_args([*(container.get("command") or []), *(container.get("args") or [])])
         if args.model or args.served_model_names:
-            return args
+            env = {
+                str(e["name"]): str(e["value"])
+                for e in container.get("env") or []
+                if isinstance(e, dict) and e.get("name") and e.get("value") is not None
+            }
+            return args, env
     return None
+
+
+def lora_config(args: VllmArgs, env: Mapping[str, str]) -> sim_config.LoraConfig | None:
+    """The engine's LoRA set-up: None without --enable-lora (vLLM then has no LoRA at all)."""
+    if not args.enable_lora:
+        return None
+    return sim_config.LoraConfig(
+        max_rank=args.max_lora_rank or sim_config.DEFAULT_MAX_LORA_RANK,
+        max_loras=args.max_loras or sim_config.DEFAULT_MAX_LORAS,
+        max_cpu_loras=args.max_cpu_loras,
+        modules=sim_config.parse_lora_modules(args.lora_modules),
+        hub_endpoint=env.get("HF_ENDPOINT") or None,
+        hub_offline=sim_config.env_flag(env.get("HF_HUB_OFFLINE")),
+    )
 
 
 def _positive(text: object, kind: type[int | float]) -> float | None:
@@ -167,7 +203,22 @@ def pod_key(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def engine_config_from_pod(pod: Mapping[str, Any]) -> EngineConfig | None:
+def claim_mounts(pod: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """mountPath -> (namespace, claim) for the engine container's PersistentVolumeClaim volumes."""
+    spec = pod.get("spec") or {}
+    namespace = (pod.get("metadata") or {}).get("namespace", "")
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec.get("volumes") or []
+              if (v.get("persistentVolumeClaim") or {}).get("claimName")}
+    out: dict[str, tuple[str, str]] = {}
+    for container in spec.get("containers") or []:
+        for mount in container.get("volumeMounts") or []:
+            if mount.get("name") in claims:
+                out[mount["mountPath"]] = (namespace, claims[mount["name"]])
+    return out
+
+
+def engine_config_from_pod(pod: Mapping[str, Any],
+                           mounts: Mapping[str, str] | None = None) -> EngineConfig | None:
     """The engine a pod should have, or None when it should have none.
 
     None unless the pod carries the inference-deployment label, is the leader of its group
@@ -187,9 +238,16 @@ def engine_config_from_pod(pod: Mapping[str, Any]) -> EngineConfig | None:
         return None
     if ip not in _LOOPBACK:
         return None
-    args = _vllm_container(pod)
-    if args is None:
+    found = _vllm_container(pod)
+    if found is None:
         return None
+    args, env = found
+    try:
+        lora = lora_config(args, env)
+        if lora is not None and mounts:
+            lora = dataclasses.replace(lora, mounts=tuple(sorted(mounts.items())))
+    except ValueError:
+        return None  # vLLM would refuse these LoRA arguments and never start
     served = args.served_model_names or (args.model,)
     model = args.model or served[0]
     annotations = meta.get("annotations") or {}
@@ -207,6 +265,8 @@ def engine_config_from_pod(pod: Mapping[str, Any]) -> EngineConfig | None:
         tensor_parallel_size=args.tensor_parallel_size or _DEFAULTS.tensor_parallel_size,
         # Distinct per pod so that replicas do not answer with identical ids and lengths.
         seed=zlib.crc32((meta.get("uid") or pod_key(pod)).encode()),
+        lora=lora,
+        runtime_lora_updating=sim_config.env_flag(env.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")),
     )
 
 

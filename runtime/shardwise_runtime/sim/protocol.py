@@ -6,7 +6,8 @@ against the simulator also work against vLLM.
 
 Tokens: the simulator has no tokenizer. A prompt counts as ceil(characters / 4) tokens (the usual
 rule of thumb for English BPE); each generated token is one filler word and one SSE chunk. Usage
-fields and the vllm:* token metrics use these same counts.
+fields and the vllm:* token metrics use these same counts. A LoRA adapter's answers start further
+along the filler (`adapter_shift`), so a client sees that the adapter, not the base, answered.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -103,14 +105,19 @@ def read_request(kind: Kind, body: Mapping[str, Any]) -> Request:
     )
 
 
-def token_text(index: int) -> str:
-    """The text of the index-th generated token."""
-    return FILLER[index % len(FILLER)]
+def token_text(index: int, shift: int = 0) -> str:
+    """The text of the index-th generated token (`shift`: where an adapter starts the filler)."""
+    return FILLER[(index + shift) % len(FILLER)]
 
 
-def generated_text(tokens: int) -> str:
+def generated_text(tokens: int, shift: int = 0) -> str:
     """The whole text of `tokens` generated tokens."""
-    return "".join(token_text(i) for i in range(tokens))
+    return "".join(token_text(i, shift) for i in range(tokens))
+
+
+def adapter_shift(name: str) -> int:
+    """An adapter's filler offset: never 0 (the base's), the same for a name in every process."""
+    return 1 + zlib.crc32(name.encode()) % (len(FILLER) - 1)
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
@@ -270,38 +277,68 @@ def sse_event(payload: Mapping[str, Any] | str) -> bytes:
 SSE_DONE = sse_event("[DONE]")
 
 
-def models_response(
-    served_names: Sequence[str], root: str, max_model_len: int, created: int, permission_id: str
+@dataclasses.dataclass(frozen=True)
+class AdapterCard:
+    """A loaded LoRA adapter as /v1/models lists it (models-with-adapters.json)."""
+
+    name: str
+    root: str  # the path it was loaded from
+    parent: str  # the served name it applies to
+    permission_id: str
+
+
+def _model_card(
+    name: str,
+    root: str,
+    parent: str | None,
+    max_model_len: int | None,
+    created: int,
+    permission_id: str,
 ) -> dict[str, Any]:
-    """GET /v1/models (models.json): one entry per served name, all rooted at the model path."""
+    permission = {
+        "id": permission_id,
+        "object": "model_permission",
+        "created": created,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
+    return {
+        "id": name,
+        "object": "model",
+        "created": created,
+        "owned_by": "vllm",
+        "root": root,
+        "parent": parent,
+        "max_model_len": max_model_len,
+        "permission": [permission],
+    }
 
-    def entry(name: str) -> dict[str, Any]:
-        permission = {
-            "id": permission_id,
-            "object": "model_permission",
-            "created": created,
-            "allow_create_engine": False,
-            "allow_sampling": True,
-            "allow_logprobs": True,
-            "allow_search_indices": False,
-            "allow_view": True,
-            "allow_fine_tuning": False,
-            "organization": "*",
-            "group": None,
-            "is_blocking": False,
-        }
-        return {
-            "id": name,
-            "object": "model",
-            "created": created,
-            "owned_by": "vllm",
-            "root": root,
-            "parent": None,
-            "max_model_len": max_model_len,
-            "permission": [permission],
-        }
 
-    return {"object": "list", "data": [entry(name) for name in served_names]}
+def models_response(
+    served_names: Sequence[str],
+    root: str,
+    max_model_len: int,
+    created: int,
+    permission_id: str,
+    adapters: Sequence[AdapterCard] = (),
+) -> dict[str, Any]:
+    """GET /v1/models (models.json): one entry per served name, all rooted at the model path,
+    then one per loaded adapter, with its parent and no max_model_len of its own."""
+    cards = [
+        _model_card(name, root, None, max_model_len, created, permission_id)
+        for name in served_names
+    ]
+    cards += [
+        _model_card(a.name, a.root, a.parent, None, created, a.permission_id) for a in adapters
+    ]
+    return {"object": "list", "data": cards}
 
 
 def system_fingerprint(tensor_parallel_size: int, digest: str) -> str:

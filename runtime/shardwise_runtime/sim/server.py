@@ -3,6 +3,8 @@
     shardwise-sim serve --host IP [--port 8000] --model NAME [--served-model-name NAME ...]
                         [--ttft-ms X] [--itl-ms Y] [--max-concurrency N] [--max-model-len L]
                         [--tensor-parallel-size T] [--seed S]
+                        [--enable-lora [--max-lora-rank R] [--max-loras N] [--max-cpu-loras N]
+                         [--lora-modules name=path|JSON ...]]
     shardwise-sim fleet --kubeconfig PATH [--namespace NS|all]
     shardwise-sim load  (--base-url URL [--base-url URL ...] |
                          --deployment NAME --kubeconfig PATH [--namespace NS])
@@ -10,6 +12,8 @@
                         [--concurrency C] [--max-tokens N] [--timeout S] [--csv OUT]
 
 Only argument parsing and process wiring live here; each command's work is in its own module.
+`serve` reads the environment vLLM reads: VLLM_ALLOW_RUNTIME_LORA_UPDATING (the load/unload
+routes), HF_ENDPOINT and HF_HUB_OFFLINE (where adapters given as hub ids come from).
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ import signal
 import dataclasses
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
 from shardwise_runtime.sim import app, load
+from shardwise_runtime.sim import config as sim_config
 from shardwise_runtime.sim.config import VLLM_PORT, EngineConfig
 from shardwise_runtime.sim.engine import Engine
 
@@ -65,6 +71,26 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-model-len", type=int, default=defaults.max_model_len)
     serve.add_argument("--tensor-parallel-size", type=int, default=defaults.tensor_parallel_size)
     serve.add_argument("--seed", type=int, default=defaults.seed)
+    serve.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters")
+    serve.add_argument(
+        "--max-lora-rank",
+        type=int,
+        choices=sim_config.LORA_RANKS,
+        default=sim_config.DEFAULT_MAX_LORA_RANK,
+    )
+    serve.add_argument(
+        "--max-loras",
+        type=int,
+        default=sim_config.DEFAULT_MAX_LORAS,
+        help="adapters in one batch (the max_lora label)",
+    )
+    serve.add_argument("--max-cpu-loras", type=int, default=None)
+    serve.add_argument(
+        "--lora-modules",
+        nargs="+",
+        default=None,
+        help="adapters loaded at start: name=path, or JSON {name, path, base_model_name}",
+    )
 
     fleet = commands.add_parser("fleet", help="serve an engine on every serving pod's loopback IP")
     fleet.add_argument("--kubeconfig", required=True)
@@ -118,6 +144,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _lora_config(args: argparse.Namespace) -> sim_config.LoraConfig | None:
+    if not args.enable_lora:
+        if args.lora_modules:
+            raise ValueError("--lora-modules needs --enable-lora")
+        return None
+    return sim_config.LoraConfig(
+        max_rank=args.max_lora_rank,
+        max_loras=args.max_loras,
+        max_cpu_loras=args.max_cpu_loras,
+        modules=sim_config.parse_lora_modules(args.lora_modules or ()),
+        hub_endpoint=os.environ.get("HF_ENDPOINT") or None,
+        hub_offline=sim_config.env_flag(os.environ.get("HF_HUB_OFFLINE")),
+    )
+
+
 def _serve(args: argparse.Namespace) -> int:
     engine_config = EngineConfig(
         host=args.host,
@@ -130,6 +171,10 @@ def _serve(args: argparse.Namespace) -> int:
         max_model_len=args.max_model_len,
         tensor_parallel_size=args.tensor_parallel_size,
         seed=args.seed,
+        lora=_lora_config(args),
+        runtime_lora_updating=sim_config.env_flag(
+            os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+        ),
     )
 
     async def application() -> web.Application:
