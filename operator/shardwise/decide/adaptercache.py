@@ -104,9 +104,11 @@ def build_job(source: Source, ref: mc.CacheRef, namespace: str, claim_uid: str, 
     job = mc.build_job(dataclasses.replace(ref, model=source.repo or "", revision=source.revision), namespace,
                        claim_uid, image=image, token_secret=token_secret)
     job["metadata"]["name"] = job_name(ref.claim or "", source)
-    # Labels of their own: the model's cache reads its downloader's pods by the cache label.
-    job_labels = {JOB_LABEL: source.key, "app.kubernetes.io/component": "lora-cache",
-                  "app.kubernetes.io/managed-by": "shardwise"}
+    # The cache label with a value of its own: the model's cache reads its downloader's pods by
+    # the model's key, and whatever runs downloader pods (a kubelet here, the local runner in
+    # tests) finds these by the label's name.
+    job_labels = {JOB_LABEL: source.key, mc.CACHE_LABEL: f"lora-{source.key}",
+                  "app.kubernetes.io/component": "lora-cache", "app.kubernetes.io/managed-by": "shardwise"}
     job["metadata"]["labels"] = dict(job_labels)
     job["spec"]["template"]["metadata"]["labels"] = dict(job_labels)
     container = job["spec"]["template"]["spec"]["containers"][0]

@@ -292,7 +292,8 @@ def _with_adapters(update: dict[str, Any], spec: api.InferenceDeploymentSpec, po
     names = [a.name for a in spec.adapters]
     kept = [c for c in update.get("conditions") or [] if c.get("type") != adapters.CONDITION]
     if not names:
-        return {**{k: v for k, v in update.items() if k != "adapters"}, "conditions": kept}
+        # None, not absent: the status patch only removes what the update names.
+        return {**update, "adapters": None, "conditions": kept}
     serving = [p for p in pods if p["metadata"]["name"] in live_status.scrape_targets(pods)]
     entries = adapters.with_cache_state(adapters.adapter_status(names, serving), where)
     merged = conditions.merge(update.get("conditions") or [], [adapters.condition(entries)],

@@ -78,7 +78,8 @@ def test_the_job_is_the_model_downloader_pointed_at_the_adapters_folder_with_lab
     assert built["metadata"]["name"] == f"model-cache-abc-lora-{HUB.key}" and len(built["metadata"]["name"]) <= 63
     assert built["metadata"]["ownerReferences"][0]["uid"] == "u1"
     for labels in (built["metadata"]["labels"], built["spec"]["template"]["metadata"]["labels"]):
-        assert mc.CACHE_LABEL not in labels and labels[ac.JOB_LABEL] == HUB.key
+        # Never the model's own downloader to the model's cache (which reads pods by its key).
+        assert labels[mc.CACHE_LABEL] != CLUSTER.key and labels[ac.JOB_LABEL] == HUB.key
     volumes = built["spec"]["template"]["spec"]["volumes"]
     assert {"name": "cache", "persistentVolumeClaim": {"claimName": "model-cache-abc"}} in volumes
 
