@@ -100,7 +100,9 @@ def gather(cluster: Cluster, settings: Settings, namespace: str, name: str,
         prices=prices, learned=learned, architecture=resolved.architecture,
         architecture_failure=resolved.failure, runtime_image=settings.runtime_image,
         downloader_image=settings.downloader_image, pool_installed=pool_installed,
-        route_installed=route_installed, owned_routing=owned_routing)
+        route_installed=route_installed, owned_routing=owned_routing,
+        neighbours=tuple(i for i in cluster.list_inference_deployments() if i["metadata"]["namespace"] == namespace)
+        if spec.adapters else ())
 
 
 def look_up(cluster: Cluster, snapshot: deciding.Snapshot,

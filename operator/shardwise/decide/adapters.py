@@ -67,6 +67,40 @@ def with_cache_state(entries: list[dict[str, Any]], where: Mapping[str, adapterc
     return out
 
 
+NAME_CONFLICT = "AdapterNameConflict"
+
+
+def _order(infd: Mapping[str, Any]) -> tuple[str, str]:
+    meta = infd["metadata"]
+    return meta.get("creationTimestamp") or "", meta["name"]
+
+
+def _served_name(infd: Mapping[str, Any]) -> str:
+    return ((infd.get("spec") or {}).get("model") or {}).get("servedName") or infd["metadata"]["name"]
+
+
+def name_conflicts(own: Mapping[str, Any], neighbours: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Adapter name -> why it is not served, for `own`'s adapters that another deployment of the
+    namespace already serves: every base model's name first, then adapters, the older deployment
+    first (the gateway's rule, gateway/routes.build_table)."""
+    own_name = own["metadata"]["name"]
+    others = [o for o in neighbours if o["metadata"]["name"] != own_name and not o["metadata"].get("deletionTimestamp")]
+    holders: dict[str, tuple[str, str]] = {}  # name -> (deployment, "the base model" | "an adapter")
+    for infd in sorted(others, key=_order):
+        holders.setdefault(_served_name(infd), (infd["metadata"]["name"], "the base model"))
+    for infd in sorted([*others, own], key=_order):
+        for name in _adapter_names(infd):
+            holders.setdefault(name, (infd["metadata"]["name"], "an adapter"))
+    return {name: f"the name {name!r} is already {holders[name][1]} of {holders[name][0]} in this namespace: "
+                  "rename the adapter (a client could not tell the two apart)"
+            for name in _adapter_names(own) if holders[name][0] != own_name}
+
+
+def _adapter_names(infd: Mapping[str, Any]) -> list[str]:
+    return [str(a["name"]) for a in (infd.get("spec") or {}).get("adapters") or ()
+            if isinstance(a, dict) and a.get("name")]
+
+
 def served_adapters(models: Mapping[str, Any]) -> dict[str, str]:
     """name -> root (the path it was loaded from) of the adapters in an engine's /v1/models answer."""
     return {str(m["id"]): str(m.get("root") or "") for m in models.get("data") or ()

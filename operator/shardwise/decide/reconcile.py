@@ -78,6 +78,8 @@ class Snapshot:
     pool_installed: bool = True
     route_installed: bool = True
     owned_routing: Mapping[ChildKey, dict[str, Any] | None] = dataclasses.field(default_factory=dict)
+    # The namespace's other InferenceDeployments (read when this one has adapters): their names.
+    neighbours: tuple[dict[str, Any], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +254,7 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
         update = missing_api.lws_not_installed_status(update, stored, generation=generation, now=now)
     update = _with_routing(update, snapshot, spec, owner, routed, missing_routing, generation=generation, now=now)
     update = _with_adapters(update, spec, pods, adapter_cache.where if adapter_cache else {},
-                            generation=generation, now=now)
+                            adapters.name_conflicts(infd, snapshot.neighbours), generation=generation, now=now)
     deletes += routing_status.unwanted(spec, owner, snapshot.owned_routing)
     if cache is not None:
         update["modelCache"] = cachestate.status_fields(cache_ref, cache, expected_start_s=expected_start_s)
@@ -285,7 +287,8 @@ def _with_routing(update: dict[str, Any], snapshot: Snapshot, spec: api.Inferenc
 
 
 def _with_adapters(update: dict[str, Any], spec: api.InferenceDeploymentSpec, pods: list[dict[str, Any]],
-                   where: Mapping[str, adaptercache.Where], *, generation: int | None, now: str) -> dict[str, Any]:
+                   where: Mapping[str, adaptercache.Where], conflicts: Mapping[str, str], *,
+                   generation: int | None, now: str) -> dict[str, Any]:
     """status.adapters and AdaptersReady from what each ready replica's engine serves (the pod
     annotations the adapter loop writes) and where each adapter's files are; both absent when the
     spec has no adapters."""
@@ -296,6 +299,8 @@ def _with_adapters(update: dict[str, Any], spec: api.InferenceDeploymentSpec, po
         return {**update, "adapters": None, "conditions": kept}
     serving = [p for p in pods if p["metadata"]["name"] in live_status.scrape_targets(pods)]
     entries = adapters.with_cache_state(adapters.adapter_status(names, serving), where)
+    entries = [{**e, "reason": adapters.NAME_CONFLICT, "message": conflicts[e["name"]]} if e["name"] in conflicts
+               else e for e in entries]
     merged = conditions.merge(update.get("conditions") or [], [adapters.condition(entries)],
                               generation=generation, now=now)
     return {**update, "adapters": entries, "conditions": merged}

@@ -109,3 +109,27 @@ def test_a_refused_adapter_is_its_reason_once_and_removing_adapters_clears_the_s
     status = cleared.status or {}
     assert not status.get("adapters") and cleared.status_patch["adapters"] is None
     assert not [c for c in status["conditions"] if c["type"] == "AdaptersReady"]
+
+
+def test_an_adapter_name_another_deployment_serves_is_a_conflict_for_the_younger_one() -> None:
+    from tests.unit.decide.test_decide import T0, T1
+
+    def other(name: str, created: str, served: str | None = None, adapters: list[str] = ()) -> dict[str, Any]:
+        spec: dict[str, Any] = {"model": {"name": MODEL, **({"servedName": served} if served else {})},
+                                "adapters": [{"name": a, "source": {"path": a}} for a in adapters]}
+        return {"metadata": {"name": name, "namespace": NS, "creationTimestamp": created}, "spec": spec}
+
+    own = other("m", T1, adapters=["chat", "sql", "mine"])
+    older = [other("a", T0, served="chat"), other("b", T0, adapters=["sql"])]
+    found = adapters.name_conflicts(own, older)
+    assert set(found) == {"chat", "sql"}
+    assert "base model of a" in found["chat"] and "an adapter of b" in found["sql"]
+    younger = [other("c", "2027-01-01T00:00:00Z", adapters=["mine"])]
+    assert adapters.name_conflicts(own, younger) == {}  # the older deployment keeps its name
+    assert set(adapters.name_conflicts(younger[0], [own])) == {"mine"}
+
+    resource = {**with_adapters(SQL), "metadata": {**with_adapters(SQL)["metadata"], "creationTimestamp": T1}}
+    decision = decide(snapshot(resource, cache=cache_inputs(resource, claim=cached()), neighbours=tuple(older)))
+    entry = next(e for e in (decision.status or {})["adapters"] if e["name"] == "sql")
+    assert entry["reason"] == adapters.NAME_CONFLICT
+    assert condition(decision.status or {}, "AdaptersReady") == ("False", adapters.NAME_CONFLICT)
