@@ -5,6 +5,7 @@ is the repository `org/name` at one commit (a hash of its file hashes). It answe
 client makes for `model_info` and `hf_hub_download`:
 
   GET  /api/models/{repo}[/revision/{rev}]      model info with siblings (size, blobId, lfs sha256)
+  GET  /api/models/{repo}/tree/{rev}            the file tree (`list_repo_tree`, snapshot_download)
   HEAD /{repo}/resolve/{rev}/{path}             X-Repo-Commit, ETag/X-Linked-Etag, Content-Length
   GET  /{repo}/resolve/{rev}/{path}             the bytes, honouring `Range` (how a download resumes)
 
@@ -103,6 +104,7 @@ class LocalHub:
         app = web.Application()
         app.router.add_get("/api/models/{org}/{name}", self._info)
         app.router.add_get("/api/models/{org}/{name}/revision/{rev}", self._info)
+        app.router.add_get("/api/models/{org}/{name}/tree/{rev}", self._tree)
         app.router.add_get("/{org}/{name}/resolve/{rev}/{path:.+}", self._resolve)
         return app
 
@@ -147,6 +149,24 @@ class LocalHub:
             "gated": "manual" if repo.gated_token else False, "tags": [], "siblings": siblings,
             "usedStorage": sum(f.size for f in repo.files),
         })
+
+    async def _tree(self, request: web.Request) -> web.StreamResponse:
+        """The repository's files, as `list_repo_tree` reads them (snapshot_download lists the tree
+        first, as vLLM does for a LoRA adapter given by hub id); one page, so no Link header."""
+        self.requests["tree"] += 1
+        repo = self._repo(request)
+        if isinstance(repo, web.Response):
+            return repo
+        entries: list[dict[str, Any]] = []
+        folders = sorted({"/".join(f.path.split("/")[:i]) for f in repo.files for i in range(1, f.path.count("/") + 1)})
+        entries += [{"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0, "path": d}
+                    for d in folders]
+        for f in repo.files:
+            entry: dict[str, Any] = {"type": "file", "oid": f.blob_id, "size": f.size, "path": f.path}
+            if f.sha256:
+                entry["lfs"] = {"oid": f.sha256, "size": f.size, "pointerSize": 134}
+            entries.append(entry)
+        return web.json_response(entries)
 
     async def _resolve(self, request: web.Request) -> web.StreamResponse:
         self.requests[request.method] += 1

@@ -26,6 +26,8 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shardwise_runtime.sim import loopback
+
 LOCAL_VLLM_CPU_IMAGE = "shardwise.local/vllm-cpu:0.32.0"
 MODEL_NAME = "tiny-llama-v1"  # written by hack/install-vllm.sh (hack/make-tiny-model.py)
 KV_CACHE_GIB = "1"  # the tiny model needs 4 KiB per token: 1 GiB holds any rendered context
@@ -144,6 +146,16 @@ def cpu_env(ranks: int, cpus: int, threads: int) -> dict[str, str]:
             "OMP_NUM_THREADS": str(threads), **_QUIET_ENV}
 
 
+def _local_hub(endpoint: str | None) -> bool:
+    if not endpoint:
+        return False
+    try:
+        loopback.require_loopback_url(endpoint)
+    except ValueError:
+        return False
+    return True
+
+
 def _env_value(item: Mapping[str, Any], pod: Mapping[str, Any]) -> str | None:
     if "value" in item:
         return str(item["value"])
@@ -218,6 +230,13 @@ def real_launch(pod: Mapping[str, Any], install: Install, *, base_env: Mapping[s
                 changes.append(f"added --master-port {master_port} (groups share one machine)")
     device = cpu_env(world_size_per_pod(serve_args, nodes), cpus, threads)
     env.update(device)
+    if _local_hub(env.get("HF_ENDPOINT")):
+        # A hub on this machine (tests' sim hub): the engine may fetch from it (LoRA adapters by
+        # hub id), and still nothing leaves the machine.
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+            device.pop(name, None)
+            env.pop(name, None)
+        changes.append(f"hub online: HF_ENDPOINT {env['HF_ENDPOINT']} is on this machine")
     env["PATH"] = f"{install.bin_dir}:{base_env.get('PATH', '/usr/bin:/bin')}"
     changes.append("env " + " ".join(f"{k}={v}" for k, v in sorted(device.items()))
                    + f", PATH starts with {install.bin_dir} (CPU device)")

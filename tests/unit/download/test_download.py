@@ -152,3 +152,14 @@ def test_a_retry_continues_the_commit_the_first_attempt_resolved(hub_root: pathl
     failed = downloader.classify(caught.value, REPO, "main")
     assert (failed.reason, failed.exit_code) == ("PinnedCommitGone", downloader.PERMANENT)
     assert "0" * 40 in failed.message and local.hub.served(REPO) == 0
+
+
+def test_snapshot_download_reads_the_tree_as_vllm_does_for_an_adapter(hub_root: pathlib.Path,
+                                                                     tmp_path: pathlib.Path) -> None:
+    # vLLM fetches a LoRA adapter given by hub id with snapshot_download, which lists the tree.
+    from huggingface_hub import HfApi
+
+    with HubThread(hub_root) as local:
+        folder = HfApi(endpoint=local.url).snapshot_download(repo_id=REPO, cache_dir=str(tmp_path / "hf"))
+    expected = sorted(p.name for p in (hub_root / REPO).iterdir())
+    assert sorted(os.listdir(folder)) == expected
