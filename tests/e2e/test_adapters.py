@@ -33,12 +33,13 @@ from tests.e2e.support import ROOT, Kubectl, OperatorProcess, eventually
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 NAME, SERVED = "tuned", "tuned-base"
-BASE, SQL, BIG = "tiny/llama", "tiny/sql-lora", "tiny/big-lora"
+BASE, SQL, BIG, WRONG = "tiny/llama", "tiny/sql-lora", "tiny/big-lora", "tiny/wrong-lora"
 
 
-def write_adapter(folder: pathlib.Path, rank: int, seed: int) -> None:
+def write_adapter(folder: pathlib.Path, rank: int, seed: int, base: pathlib.Path | None = None) -> None:
     subprocess.run([sys.executable, str(ROOT / "hack/make-tiny-lora.py"), "--out", str(folder), "--rank", str(rank),
-                    "--seed", str(seed)], check=True, capture_output=True, timeout=60)
+                    "--seed", str(seed), *(["--base", str(base)] if base else [])],
+                   check=True, capture_output=True, timeout=60)
 
 
 def spec(hub: str, storage_class: str, adapters: list[dict[str, Any]], replicas: int = 1) -> str:
@@ -89,6 +90,9 @@ def setup(cluster: LocalCluster, operator: OperatorProcess, tmp_path_factory: py
     write_tiny_model(root / BASE, shards=1, shard_bytes=1 << 20)
     write_adapter(root / SQL, rank=8, seed=1)
     write_adapter(root / BIG, rank=64, seed=2)  # above the deployment's maxLoraRank 16
+    narrow = json.loads((root / BASE / "config.json").read_text())
+    (work / "narrow.json").write_text(json.dumps({**narrow, "hidden_size": 128, "head_dim": 32}))
+    write_adapter(root / WRONG, rank=8, seed=3, base=work / "narrow.json")  # another base model's widths
     volume = work / "volume"
     volume.mkdir()
     storage_class = f"cache-{namespace}"
@@ -167,9 +171,13 @@ def test_a_new_replica_gets_the_adapters_and_a_bad_one_disturbs_nothing(setup: S
                what="the scaled-up replica serves the adapter too")
     before = sorted((p["metadata"]["uid"], p["metadata"]["creationTimestamp"]) for p in setup.pods())
 
-    setup.apply([*good, {"name": "big", "source": {"repo": BIG}}], replicas=2)
+    setup.apply([*good, {"name": "big", "source": {"repo": BIG}}, {"name": "wrong", "source": {"repo": WRONG}}],
+                replicas=2)
     entry = eventually(lambda: (e := setup.adapters().get("big") or {}).get("reason") == "RankAboveLimit" and e,
                        timeout=240, interval=1, what="the rank-64 adapter refused with its reason")
+    wrong = eventually(lambda: (e := setup.adapters().get("wrong") or {}).get("reason") == "AdapterBaseMismatch"
+                       and e, timeout=240, interval=1, what="the other base model's adapter refused by its downloader")
+    assert "another base model" in wrong["message"] and wrong["loadedReplicas"] == 0
     assert "max_lora_rank" in entry["message"] or "16" in entry["message"], entry
     condition = setup.kubectl.condition(NAME, "AdaptersReady") or {}
     assert (condition.get("status"), condition.get("reason")) == ("False", "RankAboveLimit")

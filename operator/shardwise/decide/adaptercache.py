@@ -26,6 +26,7 @@ from shardwise.render import modelcache as mc
 ANNOTATION_PREFIX = "lora.shardwise.io/"  # + key: the verified commit, on the base model's claim
 JOB_LABEL = "shardwise.io/lora-cache"  # value: the adapter's key; on its Job and the Job's pods
 SUBDIR = "adapters"
+BASE_MISMATCH = "AdapterBaseMismatch"  # the downloader's reason: its shapes are another base model's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +93,9 @@ def locate(source: Source, ref: mc.CacheRef, *, cache_ready: bool, claim: Mappin
         return Where(f"{mc.CACHE_MOUNT}/{folder(source)}", commit=str(done.get("commit") or ""))
     if cachestate.job_has(job, "Failed") or cachestate.job_has(job, "FailureTarget"):
         last = next((m for m in outcomes if m.get("state") == "Failed"), {})
-        return Where(None, "AdapterDownloadFailed",
+        # The downloader's own reason where it is about the adapter itself, not the download.
+        reason = BASE_MISMATCH if last.get("reason") == BASE_MISMATCH else "AdapterDownloadFailed"
+        return Where(None, reason,
                      f"adapter {source.name} ({source.repo}@{source.revision}): "
                      f"{last.get('reason') or 'DownloadFailed'}: {last.get('message') or 'the downloader Job failed'}")
     return Where(None, "Downloading", f"downloading adapter {source.name} ({source.repo}@{source.revision})")
@@ -114,6 +117,8 @@ def build_job(source: Source, ref: mc.CacheRef, namespace: str, claim_uid: str, 
     container = job["spec"]["template"]["spec"]["containers"][0]
     args = container["args"]
     args[args.index("--dest") + 1] = f"{mc.CACHE_MOUNT}/{folder(source)}"
+    # The model's own files, in the same claim: the adapter is verified against its shapes.
+    args += ["--lora-base", f"{mc.CACHE_MOUNT}/{mc.MODEL_SUBDIR}"]
     return job
 
 

@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Any
 
+from shardwise_runtime.download import lora_check
 from shardwise_runtime.download.progress import Progress
 
 log = logging.getLogger("shardwise-download")
@@ -244,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=os.environ.get("SHARDWISE_PROGRESS_HOST", "0.0.0.0"))
     parser.add_argument("--port", type=int, default=8001, help="progress endpoint port (0: none)")
     parser.add_argument("--endpoint", default=os.environ.get("HF_ENDPOINT"), help="hub URL (HF_ENDPOINT)")
+    parser.add_argument("--lora-base", type=pathlib.Path, default=None,
+                        help="a LoRA adapter: the base model's folder, to check the adapter's shapes against")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     termination = os.environ.get("SHARDWISE_TERMINATION_LOG", "/dev/termination-log")
@@ -252,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = download(args.repo, args.revision, args.dest, endpoint=args.endpoint,
                           token=os.environ.get("HF_TOKEN") or None, parallel=args.parallel, progress=progress)
+        mismatch = lora_check.problem(args.dest, args.lora_base) if args.lora_base else None
+        if mismatch:
+            raise DownloadFailed("AdapterBaseMismatch", f"{args.repo} does not fit the base model: {mismatch}",
+                                 PERMANENT)
     except BaseException as error:  # noqa: BLE001 - every failure becomes a reason for the operator
         failed = classify(error, args.repo, args.revision)
         progress.state, progress.reason, progress.message = "Failed", failed.reason, failed.message
