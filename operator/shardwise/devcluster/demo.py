@@ -73,7 +73,12 @@ def _start_model_cache(cluster: LocalCluster, work_dir: pathlib.Path, logs: path
     """A local hub with the example's tiny model, a storage class whose one hostPath volume
     stands for the cache disk (no provisioner runs here), and the runner of downloader pods."""
     port = free_port()
-    repo = yaml.safe_load(CACHE_EXAMPLE.read_text())["spec"]["model"]["name"]
+    spec = yaml.safe_load(CACHE_EXAMPLE.read_text())["spec"]
+    repo = spec["model"]["name"]
+    for adapter in spec.get("adapters") or ():  # the example's adapters, on the same hub
+        subprocess.run(_python(str(ROOT / "hack/make-tiny-lora.py"), "--out",
+                               str(work_dir / "hub" / adapter["source"]["repo"]), "--rank",
+                               str(adapter.get("rank", 8))), check=True, capture_output=True, timeout=60)
     hub = Process("hub", _python("-m", "shardwise_runtime.sim.server", "hub", "--root", str(work_dir / "hub"),
                                  "--port", str(port), "--throttle-bps", str(HUB_THROTTLE_BPS), "--tiny-model", repo,
                                  "--tiny-model-bytes", str(TINY_MODEL_BYTES)), logs / "hub.log")
