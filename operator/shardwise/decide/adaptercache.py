@@ -24,6 +24,7 @@ from shardwise.decide import cachestate
 from shardwise.render import modelcache as mc
 
 ANNOTATION_PREFIX = "lora.shardwise.io/"  # + key: the verified commit, on the base model's claim
+RANK_SUFFIX = ".rank"  # + key + this: r of its adapter_config.json
 JOB_LABEL = "shardwise.io/lora-cache"  # value: the adapter's key; on its Job and the Job's pods
 SUBDIR = "adapters"
 BASE_MISMATCH = "AdapterBaseMismatch"  # the downloader's reason: its shapes are another base model's
@@ -51,6 +52,7 @@ class Where:
     message: str = ""
     commit: str | None = None
     download: Source | None = None  # the Job to create for it
+    rank: int | None = None  # r of its adapter_config.json, as the downloader read it
 
 
 def job_name(claim: str, source: Source) -> str:
@@ -78,7 +80,9 @@ def locate(source: Source, ref: mc.CacheRef, *, cache_ready: bool, claim: Mappin
     annotations = ((claim or {}).get("metadata") or {}).get("annotations") or {}
     commit = annotations.get(ANNOTATION_PREFIX + source.key)
     if commit:
-        return Where(f"{mc.CACHE_MOUNT}/{folder(source)}", commit=commit)
+        stamped = annotations.get(ANNOTATION_PREFIX + source.key + RANK_SUFFIX, "")
+        return Where(f"{mc.CACHE_MOUNT}/{folder(source)}", commit=commit,
+                     rank=int(stamped) if stamped.isdigit() else None)
     if not cache_ready or claim is None:
         return Where(None, "Downloading", f"adapter {source.name} waits for the model's cache")
     if job is None:
@@ -90,7 +94,9 @@ def locate(source: Source, ref: mc.CacheRef, *, cache_ready: bool, claim: Mappin
         if done is None:
             return Where(None, "AdapterDownloadFailed", f"the download of adapter {source.name} completed without "
                                                         "reporting verified files")
-        return Where(f"{mc.CACHE_MOUNT}/{folder(source)}", commit=str(done.get("commit") or ""))
+        found_rank = done.get("loraRank")
+        return Where(f"{mc.CACHE_MOUNT}/{folder(source)}", commit=str(done.get("commit") or ""),
+                     rank=found_rank if isinstance(found_rank, int) and found_rank > 0 else None)
     if cachestate.job_has(job, "Failed") or cachestate.job_has(job, "FailureTarget"):
         last = next((m for m in outcomes if m.get("state") == "Failed"), {})
         # The downloader's own reason where it is about the adapter itself, not the download.
@@ -122,10 +128,13 @@ def build_job(source: Source, ref: mc.CacheRef, namespace: str, claim_uid: str, 
     return job
 
 
-def record(claim: Mapping[str, Any], source: Source, commit: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(claim, metadata patch) stamping the verified commit, so later passes need no Job."""
-    return ({**claim, "apiVersion": "v1", "kind": "PersistentVolumeClaim"},
-            {"annotations": {ANNOTATION_PREFIX + source.key: commit or "unknown"}})
+def record(claim: Mapping[str, Any], source: Source, commit: str,
+           rank: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(claim, metadata patch) stamping the verified commit (and rank), so later passes need no Job."""
+    stamps = {ANNOTATION_PREFIX + source.key: commit or "unknown"}
+    if rank is not None:
+        stamps[ANNOTATION_PREFIX + source.key + RANK_SUFFIX] = str(rank)
+    return ({**claim, "apiVersion": "v1", "kind": "PersistentVolumeClaim"}, {"annotations": stamps})
 
 
 def sources(spec: InferenceDeploymentSpec) -> list[Source]:
@@ -170,6 +179,16 @@ def plan(wanted: list[Source], ref: mc.CacheRef, *, cache_ready: bool, claim: Ma
             uid = claim["metadata"].get("uid") or ""
             create[source.key] = build_job(source, ref, namespace, uid, image=image, token_secret=token_secret)
         if found.path is not None and found.commit is not None and not recorded(source, claim) and claim is not None:
-            records.append(record(claim, source, found.commit))
+            records.append(record(claim, source, found.commit, found.rank))
         where[source.name] = found
     return CachePlan(where, jobs=tuple(create.values()), records=tuple(records))
+
+
+def with_known_ranks(spec: InferenceDeploymentSpec, where: Mapping[str, Where]) -> InferenceDeploymentSpec:
+    """The spec with each adapter's rank as its downloaded adapter_config.json says, where the
+    spec gives none: what sizes --max-lora-rank (api/lora.py) and the planner's LoRA memory."""
+    if not any(a.rank is None and (w := where.get(a.name)) is not None and w.rank for a in spec.adapters):
+        return spec
+    return spec.model_copy(update={"adapters": [
+        a if a.rank is not None or not (where.get(a.name) and where[a.name].rank)
+        else a.model_copy(update={"rank": where[a.name].rank}) for a in spec.adapters]})

@@ -170,6 +170,10 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
         return _with_status(stored, progress.invalid_spec_status(stored, spec, generation=generation, now=now))
     refused = refused or Refused()
     owner = children.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+    if snapshot.cache is not None and spec.adapters:  # ranks the downloads stamped on the claim
+        spec = adaptercache.with_known_ranks(spec, {s.name: adaptercache.locate(
+            s, snapshot.cache.ref, cache_ready=False, claim=snapshot.cache.claim, job=None, job_pods=[])
+            for s in adaptercache.sources(spec)})
     plan = _plan(snapshot, spec)
     desired = progress.desired_replicas(spec, stored)
 
@@ -346,7 +350,11 @@ def _plan(snapshot: Snapshot, spec: api.InferenceDeploymentSpec) -> dict[str, An
         return dict(current or {})
     meta = infd["metadata"]
     others = planning.pods_of_others(snapshot.gpu_pods, meta["namespace"], meta["name"])
-    return planning.make_plan(infd.get("spec") or {}, snapshot.nodes, others, dict(snapshot.prices or {}),
+    raw = dict(infd.get("spec") or {})
+    if spec.adapters:  # with the ranks the downloads found (adaptercache.with_known_ranks)
+        raw["adapters"] = [{**a, "rank": adapter.rank} if adapter.rank is not None else a
+                           for a, adapter in zip(raw.get("adapters") or [], spec.adapters)]
+    return planning.make_plan(raw, snapshot.nodes, others, dict(snapshot.prices or {}),
                               fingerprint=fingerprint, token=token, learned=dict(snapshot.learned or {}),
                               architecture=snapshot.architecture, architecture_failure=snapshot.architecture_failure)
 

@@ -75,3 +75,12 @@ def problem(adapter: pathlib.Path, base: pathlib.Path) -> str | None:
             return (f"{name} is {shape}: {module} of the base model takes {fan_in} and gives {fan_out}, so lora_{side} "
                     f"must have {wanted} there (an adapter made for another base model)")
     return None
+
+
+def rank(adapter: pathlib.Path) -> int | None:
+    """`r` of the adapter's adapter_config.json (None: absent or not a positive integer)."""
+    try:
+        value = json.loads((adapter / CONFIG).read_text()).get("r")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

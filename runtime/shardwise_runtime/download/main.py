@@ -259,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         if mismatch:
             raise DownloadFailed("AdapterBaseMismatch", f"{args.repo} does not fit the base model: {mismatch}",
                                  PERMANENT)
+        if args.lora_base:  # the rank sizes the engines' --max-lora-rank (operator/shardwise/api/lora.py)
+            rank = lora_check.rank(args.dest)
+            if rank is not None:
+                result = {**result, "loraRank": rank}
     except BaseException as error:  # noqa: BLE001 - every failure becomes a reason for the operator
         failed = classify(error, args.repo, args.revision)
         progress.state, progress.reason, progress.message = "Failed", failed.reason, failed.message

@@ -133,3 +133,24 @@ def test_an_adapter_name_another_deployment_serves_is_a_conflict_for_the_younger
     entry = next(e for e in (decision.status or {})["adapters"] if e["name"] == "sql")
     assert entry["reason"] == adapters.NAME_CONFLICT
     assert condition(decision.status or {}, "AdaptersReady") == ("False", adapters.NAME_CONFLICT)
+
+
+def test_the_rank_the_download_found_sizes_the_engines_limit() -> None:
+    source = ac.Source("sql", "org/sql-lora", "v1")
+    unranked = {"name": "sql", "source": {"repo": "org/sql-lora", "revision": "v1"}}
+    resource = infd(model={"name": MODEL, "cache": {"mode": "Cluster"}}, lora={}, adapters=[unranked])
+    done = [{"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {"containerStatuses": [
+        {"state": {"terminated": {"message": json.dumps({"state": "Complete", "verified": True, "commit": "f00d",
+                                                         "loraRank": 64})}}}]}}]
+    job = {"metadata": {"name": ac.job_name(cached()["metadata"]["name"], source)},
+           "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    first = decide(snapshot(resource, cache=cache_inputs(resource, claim=cached(), adapter_jobs={source.key: job},
+                                                         adapter_pods={source.key: tuple(done)})))
+    (stamp,) = [patch for _, patch in first.annotate if ac.ANNOTATION_PREFIX + source.key in patch["annotations"]]
+    assert stamp["annotations"][ac.ANNOTATION_PREFIX + source.key + ac.RANK_SUFFIX] == "64"
+    stamped = cached(**stamp["annotations"])
+    second = decide(snapshot(resource, cache=cache_inputs(resource, claim=stamped)))
+    (deployment,) = [a.obj for a in second.apply if a.obj["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--max-lora-rank") + 1] == "64"
+    assert "rank 64" in (second.status or {})["plan"]["reason"]

@@ -48,3 +48,11 @@ def test_nothing_to_compare_is_no_verdict(tmp_path: pathlib.Path) -> None:
     assert lora_check.problem(made, tmp_path / "no-model") is None
     (tmp_path / "bin").mkdir()
     assert lora_check.problem(tmp_path / "bin", base(tmp_path / "model", TINY)) is None
+
+
+def test_the_rank_is_read_from_adapter_config(tmp_path: pathlib.Path) -> None:
+    made = adapter(tmp_path / "a")
+    assert lora_check.rank(made) == 8
+    (made / "adapter_config.json").write_text('{"r": "eight"}')
+    assert lora_check.rank(made) is None
+    assert lora_check.rank(tmp_path / "none") is None
