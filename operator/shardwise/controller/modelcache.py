@@ -67,7 +67,8 @@ def gather(kube: Cluster, settings: Settings, namespace: str,
         storage_class_found = kube.get_cluster_scoped(
             f"/apis/storage.k8s.io/v1/storageclasses/{quote(ref.storage_class)}") is not None
     inputs = cache_decision.CacheInputs(ref, claim=claim, storage_class_found=storage_class_found,
-                                        **_adapter_reads(kube, namespace, spec, ref, claim))
+                                        **_adapter_reads(kube, namespace, spec, ref, claim,
+                                                        settings.scrape_timeout_seconds))
     if not cache_decision.needs_download_reads(inputs):
         return inputs
     assert claim is not None
@@ -84,14 +85,18 @@ def gather(kube: Cluster, settings: Settings, namespace: str,
 
 # -- the loop: progress refresh and unused-cache removal ---------------------------------------
 def _adapter_reads(kube: Cluster, namespace: str, spec: api.InferenceDeploymentSpec, ref: mc.CacheRef,
-                   claim: dict[str, Any] | None) -> dict[str, Any]:
+                   claim: dict[str, Any] | None, scrape_timeout: float) -> dict[str, Any]:
     """The Jobs and pods of the adapters still downloading (live, as the model's own)."""
     reads = [s for s in adaptercache.sources(spec) if adaptercache.needs_job_reads(s, ref, claim)]
+    pods = {s.key: tuple(kube.list(collection_path("v1", "Pod", namespace),
+                                   labelSelector=f"{adaptercache.JOB_LABEL}={s.key}")) for s in reads}
+    progress = {key: found for key, running in pods.items()
+                if (found := next((p for p in (_scrape(pod, scrape_timeout) for pod in running) if p), None))}
     return {
         "adapter_jobs": {s.key: kube.get_live("batch/v1", "Job", namespace, adaptercache.job_name(ref.claim or "", s))
                          for s in reads},
-        "adapter_pods": {s.key: tuple(kube.list(collection_path("v1", "Pod", namespace),
-                                                labelSelector=f"{adaptercache.JOB_LABEL}={s.key}")) for s in reads},
+        "adapter_pods": pods,
+        "adapter_progress": progress,
     }
 
 

@@ -64,7 +64,8 @@ def folder(source: Source) -> str:
 
 
 def locate(source: Source, ref: mc.CacheRef, *, cache_ready: bool, claim: Mapping[str, Any] | None,
-           job: Mapping[str, Any] | None, job_pods: list[dict[str, Any]]) -> Where:
+           job: Mapping[str, Any] | None, job_pods: list[dict[str, Any]],
+           progress: Mapping[str, Any] | None = None) -> Where:
     """Where the engines find `source`, given the base model's cache and the adapter's Job."""
     if source.path is not None:
         if ref.mode == "None":
@@ -104,6 +105,8 @@ def locate(source: Source, ref: mc.CacheRef, *, cache_ready: bool, claim: Mappin
         return Where(None, reason,
                      f"adapter {source.name} ({source.repo}@{source.revision}): "
                      f"{last.get('reason') or 'DownloadFailed'}: {last.get('message') or 'the downloader Job failed'}")
+    if progress:  # the downloader's /progress, as the model's own download shows it
+        return Where(None, "Downloading", f"adapter {source.name}: {cachestate.summary(dict(progress), long=True)}")
     return Where(None, "Downloading", f"downloading adapter {source.name} ({source.repo}@{source.revision})")
 
 
@@ -166,7 +169,8 @@ class CachePlan:
 
 def plan(wanted: list[Source], ref: mc.CacheRef, *, cache_ready: bool, claim: Mapping[str, Any] | None,
          jobs: Mapping[str, dict[str, Any] | None], job_pods: Mapping[str, list[dict[str, Any]]], namespace: str,
-         image: str, token_secret: tuple[str, str] | None) -> CachePlan:
+         image: str, token_secret: tuple[str, str] | None,
+         progress: Mapping[str, Mapping[str, Any]] | None = None) -> CachePlan:
     """Each adapter's state, the Jobs to create and the commits to stamp, for one deployment.
     `jobs` and `job_pods` are keyed by Source.key (the shell reads them while needs_job_reads)."""
     where: dict[str, Where] = {}
@@ -174,7 +178,7 @@ def plan(wanted: list[Source], ref: mc.CacheRef, *, cache_ready: bool, claim: Ma
     records: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for source in wanted:
         found = locate(source, ref, cache_ready=cache_ready, claim=claim, job=jobs.get(source.key),
-                       job_pods=list(job_pods.get(source.key) or ()))
+                       job_pods=list(job_pods.get(source.key) or ()), progress=(progress or {}).get(source.key))
         if found.download is not None and claim is not None and source.key not in create:
             uid = claim["metadata"].get("uid") or ""
             create[source.key] = build_job(source, ref, namespace, uid, image=image, token_secret=token_secret)

@@ -36,6 +36,7 @@ class CacheInputs:
     # LoRA adapters' downloads, by adaptercache.Source.key: read only while one is on its way.
     adapter_jobs: Mapping[str, dict[str, Any] | None] = dataclasses.field(default_factory=dict)
     adapter_pods: Mapping[str, tuple[dict[str, Any], ...]] = dataclasses.field(default_factory=dict)
+    adapter_progress: Mapping[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # scraped /progress
 
 
 @dataclasses.dataclass(frozen=True)

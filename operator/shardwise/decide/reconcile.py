@@ -205,7 +205,8 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
             adaptercache.sources(spec), snapshot.cache.ref, cache_ready=cache is not None and cache.ready,
             claim=snapshot.cache.claim, jobs=snapshot.cache.adapter_jobs,
             job_pods={k: list(v) for k, v in snapshot.cache.adapter_pods.items()}, namespace=owner.namespace,
-            image=snapshot.downloader_image, token_secret=(token.name, token.key) if token else None)
+            image=snapshot.downloader_image, token_secret=(token.name, token.key) if token else None,
+            progress=snapshot.cache.adapter_progress)
         applies += [Apply(job, force=False) for job in adapter_cache.jobs]
         annotate += adapter_cache.records
     if cache is not None and cache.ready:

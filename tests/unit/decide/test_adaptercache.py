@@ -115,3 +115,10 @@ def test_ready_path_is_none_until_verified() -> None:
     assert ac.ready_path(HUB, CLUSTER, claim(**{ac.ANNOTATION_PREFIX + HUB.key: "c"})) == \
         f"/model-cache/adapters/{HUB.key}"
     assert ac.ready_path(HUB, mc.CacheRef("None", model="org/base"), None) == "org/sql-lora"
+
+
+def test_a_running_download_says_how_far_it_is() -> None:
+    scraped = {"bytesTotal": 4_000_000, "bytesDone": 1_000_000, "bytesPerSecond": 500_000, "etaSeconds": 6,
+               "state": "Downloading"}
+    where = ac.locate(HUB, CLUSTER, cache_ready=True, claim=claim(), job=job(None), job_pods=[], progress=scraped)
+    assert where.reason == "Downloading" and "25%" in where.message, where.message
