@@ -130,8 +130,11 @@ def test_slower_engine_shows_on_the_status_and_a_replan_uses_the_learned_correct
     assert "Predictions include a correction learned from" in plan["reason"]
     assert correction["samples"] >= stored["samples"] >= 2
     assert correction["itlFactor"] == pytest.approx(stored["itlFactor"], rel=0.05)
-    assert plan["predicted"]["itlMs"] == pytest.approx(planned["predicted"]["itlMs"] * correction["itlFactor"],
-                                                       rel=0.02)
+    # The first plan may already carry a correction for this key, learned by an earlier test of the
+    # session on the same model, GPU and layout (the table is cluster-wide): compare with the model's own.
+    uncorrected = planned["predicted"]["itlMs"] / ((planned["predicted"].get("correction") or {}).get("itlFactor")
+                                                   or 1.0)
+    assert plan["predicted"]["itlMs"] == pytest.approx(uncorrected * correction["itlFactor"], rel=0.02)
     assert (plan["tensorParallel"], plan["pipelineParallel"]) == (planned["tensorParallel"],
                                                                   planned["pipelineParallel"])
     assert operator.process.alive()
