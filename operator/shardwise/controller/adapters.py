@@ -27,7 +27,7 @@ import aiohttp
 import pydantic
 
 from shardwise.api import v1alpha1 as api
-from shardwise.controller import modelcache
+from shardwise.controller import loops, modelcache
 from shardwise.controller.cluster import Cluster
 from shardwise.controller.settings import Settings
 from shardwise.decide import adapters as decide
@@ -54,16 +54,8 @@ class AdapterSync:
     async def run_forever(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.settings.adapter_timeout_seconds)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            while True:
-                started = self._clock()
-                try:
-                    if self._acting():
-                        await self.cycle(session)
-                    self._quiet.success()
-                except Exception as exc:  # noqa: BLE001 - an engine or the API server may be away
-                    self._quiet.failure(exc)
-                elapsed = self._clock() - started
-                await asyncio.sleep(max(0.0, self.settings.adapter_interval_seconds - elapsed))
+            await loops.every(self.settings.adapter_interval_seconds, lambda: self.cycle(session),
+                              acting=self._acting, quiet=self._quiet, clock=self._clock)
 
     async def cycle(self, session: aiohttp.ClientSession) -> None:
         items = await asyncio.to_thread(self.kube.list_inference_deployments)

@@ -28,7 +28,7 @@ import pydantic
 
 from shardwise import conditions
 from shardwise.api import v1alpha1 as api
-from shardwise.controller import calibration, events
+from shardwise.controller import calibration, events, loops
 from shardwise.kube.compare import merge_patch
 from shardwise.controller.cluster import Cluster
 from shardwise.kube.client import ApiException
@@ -74,16 +74,8 @@ class Observer:
     async def run_forever(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.settings.scrape_timeout_seconds)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            while True:
-                started = self._clock()
-                try:
-                    if self._acting():
-                        await self.cycle(session)
-                    self._quiet.success()
-                except Exception as exc:  # noqa: BLE001 - the API server may be away; next interval
-                    self._quiet.failure(exc)
-                elapsed = self._clock() - started
-                await asyncio.sleep(max(0.0, self.settings.metrics_interval_seconds - elapsed))
+            await loops.every(self.settings.metrics_interval_seconds, lambda: self.cycle(session),
+                              acting=self._acting, quiet=self._quiet, clock=self._clock)
 
     async def cycle(self, session: aiohttp.ClientSession) -> None:
         items = await asyncio.to_thread(self.kube.list_inference_deployments)
