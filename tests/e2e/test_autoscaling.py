@@ -30,22 +30,28 @@ SLO_MS = 400
 # fits comfortably in three.
 RPS = 9.0
 
-MANIFEST = f"""
+
+def manifest(name: str, *, max_replicas: int, period_s: float, window_s: float) -> str:
+    """Mistral-7B on A100s, 4 slots a replica, autoscaled on a TTFT p95 SLO of SLO_MS."""
+    return f"""
 apiVersion: shardwise.io/v1alpha1
 kind: InferenceDeployment
-metadata: {{name: {NAME}}}
+metadata: {{name: {name}}}
 spec:
-  model: {{name: mistralai/Mistral-7B-Instruct-v0.3, servedName: {NAME}}}
+  model: {{name: mistralai/Mistral-7B-Instruct-v0.3, servedName: {name}}}
   serving: {{maxModelLen: 4096, maxConcurrency: 4}}
   parallelism: {{objective: Cost}}
   placement: {{gpuProducts: [NVIDIA-A100-80GB-PCIe]}}
   autoscaling:
     minReplicas: 1
-    maxReplicas: 3
+    maxReplicas: {max_replicas}
     slo: {{ttftP95: {SLO_MS}ms}}
-    evaluationPeriodSeconds: 3
-    scaleDownStabilizationSeconds: 12
+    evaluationPeriodSeconds: {period_s:g}
+    scaleDownStabilizationSeconds: {window_s:g}
 """
+
+
+MANIFEST = manifest(NAME, max_replicas=3, period_s=3, window_s=12)
 
 
 @pytest.fixture

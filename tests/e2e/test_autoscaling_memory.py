@@ -35,7 +35,7 @@ from shardwise.devcluster.processes import Process
 from shardwise_runtime.sim import load, targets
 
 from tests.e2e.support import Kubectl, OperatorProcess, eventually
-from tests.e2e.test_autoscaling import sim_fleet  # noqa: F401 - the simulated engines, a fixture
+from tests.e2e.test_autoscaling import manifest, sim_fleet  # noqa: F401 - sim_fleet: the simulated engines, a fixture
 from tests.e2e.test_ha import ELECTION, LEASE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -55,22 +55,7 @@ SLACK_S = 30
 GAP_S = 2.5 * PERIOD_S
 RPS = 9.0  # one replica with 4 slots serves ~6/s of 32 tokens (test_autoscaling)
 
-MANIFEST = f"""
-apiVersion: shardwise.io/v1alpha1
-kind: InferenceDeployment
-metadata: {{name: {NAME}}}
-spec:
-  model: {{name: mistralai/Mistral-7B-Instruct-v0.3, servedName: {NAME}}}
-  serving: {{maxModelLen: 4096, maxConcurrency: 4}}
-  parallelism: {{objective: Cost}}
-  placement: {{gpuProducts: [NVIDIA-A100-80GB-PCIe]}}
-  autoscaling:
-    minReplicas: 1
-    maxReplicas: 2
-    slo: {{ttftP95: 400ms}}
-    evaluationPeriodSeconds: {PERIOD_S}
-    scaleDownStabilizationSeconds: {WINDOW_S}
-"""
+MANIFEST = manifest(NAME, max_replicas=2, period_s=PERIOD_S, window_s=WINDOW_S)
 
 Run = tuple[float, int, int, Any, bool]  # (first evaluation at, recommendation, desired, pressure, starting)
 
