@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 
 import openai
+import pytest
 
 from shardwise.devcluster.cluster import LocalCluster
 from shardwise.devcluster.processes import Process
@@ -53,6 +54,16 @@ def start_fleet(cluster: LocalCluster, namespace: str, home: pathlib.Path) -> Pr
 def stop_fleet(process: Process) -> None:
     # The fleet stops its engines on SIGTERM (each gets a grace period): wait for that.
     process.stop(timeout=90)
+
+
+@pytest.fixture
+def real_fleet(cluster: LocalCluster, namespace: str) -> Iterator[Process]:
+    """The fleet runner for the test's namespace, running the real vLLM CPU engine in its pods."""
+    process = start_fleet(cluster, namespace, install_real_engine())
+    try:
+        yield process
+    finally:
+        stop_fleet(process)
 
 
 def bucket_index(seconds: float, buckets: tuple[float, ...]) -> int:

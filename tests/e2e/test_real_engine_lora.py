@@ -23,8 +23,8 @@ import pytest
 from shardwise_runtime.sim.hub_thread import HubThread
 from shardwise_runtime.sim.real import LOCAL_VLLM_CPU_IMAGE
 
-from shardwise.devcluster.cluster import LocalCluster
 from tests.e2e import real_engine_support as rs
+from tests.e2e.real_engine_support import real_fleet  # noqa: F401 - a fixture
 from tests.e2e.support import ROOT, Kubectl, OperatorProcess, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_engine, pytest.mark.timeout(1500)]
@@ -55,15 +55,6 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubThread]:
                        check=True, capture_output=True, timeout=60)
     with HubThread(root) as local:
         yield local
-
-
-@pytest.fixture
-def real_fleet(cluster: LocalCluster, namespace: str) -> Iterator[Any]:
-    process = rs.start_fleet(cluster, namespace, rs.install_real_engine())
-    try:
-        yield process
-    finally:
-        rs.stop_fleet(process)
 
 
 def _pod(kubectl: Kubectl) -> dict[str, Any] | None:

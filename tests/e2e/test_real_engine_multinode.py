@@ -33,6 +33,7 @@ from shardwise_runtime.sim.real import LOCAL_VLLM_CPU_IMAGE
 from shardwise.devcluster.cluster import LocalCluster
 from shardwise.render import leaderworkerset
 from tests.e2e import real_engine_support as rs
+from tests.e2e.real_engine_support import real_fleet  # noqa: F401 - a fixture
 from tests.e2e.support import ROOT, Kubectl, OperatorProcess, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_engine, pytest.mark.timeout(2400)]
@@ -62,15 +63,6 @@ def l4_nodes(cluster: LocalCluster) -> Iterator[list[str]]:
         yield names
     finally:
         cluster.kubectl("delete", "node", *names, "--wait=false", check=False)
-
-
-@pytest.fixture
-def real_fleet(cluster: LocalCluster, namespace: str) -> Iterator[Any]:
-    process = rs.start_fleet(cluster, namespace, rs.install_real_engine())
-    try:
-        yield process
-    finally:
-        rs.stop_fleet(process)
 
 
 def _group_pods(lws: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
