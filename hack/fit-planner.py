@@ -13,84 +13,14 @@ same-source comparison that comes out in the wrong order. Bounds keep every cons
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import math
-import statistics
 from importlib import resources
 
 import yaml
 
 from shardwise.planner import calibrate, efficiency
 
-MIN_FAMILY_CASES = 5
-BOUNDS = {
-    "memory": (0.4, 0.95),
-    "compute": (0.25, 0.95),
-    "step_overhead_s": (0.1e-3, 5e-3),
-    "layer_overhead_s": (1e-6, 60e-6),
-    "moe_layer_overhead_s": (1e-6, 200e-6),
-    "overlap": (0.0, 1.0),
-    # vLLM answers an idle request's first token within 10-20 ms beyond the prefill itself (HTTP,
-    # tokenizer, first scheduling); a larger fitted value would absorb one host's CPU limits.
-    "request_overhead_s": (1e-3, 20e-3),
-    "stream_overhead_s": (0.01e-3, 5e-3),
-}
-
-
-def _objective(eff: efficiency.Efficiency, cases: list[calibrate.Case]) -> float:
-    errs = calibrate.errors(cases, eff)
-    total = 0.0
-    for metric in calibrate.METRICS:
-        values = [e.log2 for e in errs if e.metric == metric]
-        if values:
-            total += statistics.median(values) + 0.5 * statistics.fmean(values)
-    wrong = sum(not o.agrees for o in calibrate.orderings(cases, eff))
-    return total + 1.0 * wrong
-
-
-def _with(eff: efficiency.Efficiency, key: str, value: float) -> efficiency.Efficiency:
-    if key == "*.compute":
-        families = {k: dataclasses.replace(v, compute=value) for k, v in eff.families.items()}
-        return dataclasses.replace(eff, families=families)
-    if "." in key:
-        family, field = key.split(".")
-        fam = dataclasses.replace(eff.families[family], **{field: value})
-        return dataclasses.replace(eff, families={**eff.families, family: fam})
-    return dataclasses.replace(eff, **{key: value})
-
-
-def _get(eff: efficiency.Efficiency, key: str) -> float:
-    if key == "*.compute":
-        return float(eff.families["default"].compute)
-    if "." in key:
-        family, field = key.split(".")
-        return float(getattr(eff.families[family], field))
-    return float(getattr(eff, key))
-
-
-def fit(eff: efficiency.Efficiency, cases: list[calibrate.Case], rounds: int = 6) -> efficiency.Efficiency:
-    # A family gets its own efficiencies only with enough cases to pin them; others use "default".
-    counts = {f: sum(c.family == f for c in cases) for f in {c.family for c in cases}}
-    families = sorted(f for f, n in counts.items() if n >= MIN_FAMILY_CASES)
-    # Memory efficiency per family; one compute efficiency for all, because only Hopper cases are
-    # compute-bound enough to pin it (a per-family compute factor would absorb unrelated errors).
-    keys = [f"{f}.memory" for f in families] + ["*.compute"]
-    keys += ["step_overhead_s", "layer_overhead_s", "moe_layer_overhead_s", "overlap",
-             "request_overhead_s", "stream_overhead_s"]
-    best = _objective(eff, cases)
-    for round_ in range(rounds):
-        step = 0.25 / (round_ + 1)
-        for key in keys:
-            low, high = BOUNDS[key.split(".")[-1]]
-            for factor in (math.exp(step), math.exp(-step), math.exp(2 * step), math.exp(-2 * step)):
-                current = _get(eff, key)
-                value = min(high, max(low, current * factor if current > 0 else 0.05))
-                trial = _with(eff, key, value)
-                score = _objective(trial, cases)
-                if score < best - 1e-6:
-                    eff, best = trial, score
-        print(f"round {round_ + 1}: objective {best:.4f}")
-    return eff
+# The fitting procedure itself (bounds, objective, coordinate descent, the default family) lives in
+# shardwise.planner.calibrate, where the leave-one-source-out cross-validation reruns it.
 
 
 def _bands(eff: efficiency.Efficiency, cases: list[calibrate.Case]) -> dict[str, dict[str, dict[str, float]]]:
@@ -144,17 +74,8 @@ def main() -> None:
     cases = calibrate.cases()
     eff = efficiency.fitted()
     if not args.check:
-        counts = {f: sum(c.family == f for c in cases) for f in {c.family for c in cases}}
-        own = {f for f, n in counts.items() if n >= MIN_FAMILY_CASES} | {"default"}
-        eff = dataclasses.replace(eff, families={k: v for k, v in eff.families.items() if k in own})
-        eff = fit(eff, cases)
-        # Families without enough cases (and unknown GPUs) get the geometric mean of those fitted,
-        # not constants fitted to one or two measurements.
-        fitted = [v for k, v in eff.families.items() if k != "default"]
-        default = efficiency.FamilyEfficiency(
-            memory=statistics.geometric_mean(f.memory for f in fitted),
-            compute=statistics.geometric_mean(f.compute for f in fitted))
-        eff = dataclasses.replace(eff, families={**eff.families, "default": default})
+        eff = calibrate.refit(
+            eff, cases, progress=lambda n, best: print(f"round {n}: objective {best:.4f}"))
         _write(eff, cases)
     _report(eff, cases)
 

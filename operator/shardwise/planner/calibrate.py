@@ -3,15 +3,19 @@
 Pure: turns each measured case into the planner's own inputs (the same memory model sizes the KV
 cache, the same link model the same interconnect), predicts, and reports |log2(predicted/measured)|
 per metric and GPU family, and whether same-source comparisons come out in the measured order.
-The fit (hack/fit-planner.py) and the unit test (tests/unit/planner/test_calibration.py) share it.
+It also holds the fit itself (coordinate descent over efficiency.yaml's constants, run by
+hack/fit-planner.py) and leave-one-source-out cross-validation: refit without one publisher's
+measurements, predict them, and score the held-out errors per metric and engine family.
+The fit, `make bench` (bench/bench_planner.py) and tests/unit/planner/test_calibration.py share it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -21,6 +25,9 @@ import yaml
 from shardwise.planner import efficiency, gpus, memory, models, performance
 
 METRICS = ("ttftMs", "itlMs", "tokensPerSecond")
+# Engine families: the part of a case's `engine` before the first "-" (vllm-0.11.0 -> vllm), except
+# that NVIDIA NIM's LLM containers run TensorRT-LLM.
+_ENGINE_FAMILIES = {"nim": "trtllm"}
 _WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
 
 
@@ -103,6 +110,12 @@ def kv_capacity_tokens(
     return max(0.0, room / per_token)
 
 
+def engine_family(engine: str) -> str:
+    """vllm, sglang, trtllm (NIM included) or whatever an engine string starts with."""
+    head = engine.split("-", 1)[0].lower()
+    return _ENGINE_FAMILIES.get(head, head)
+
+
 @dataclass(frozen=True)
 class Case:
     source: str
@@ -113,6 +126,11 @@ class Case:
     tp: int
     pp: int
     measured: Mapping[str, float]
+    engine: str = ""
+
+    @property
+    def engine_family(self) -> str:
+        return engine_family(self.engine)
 
 
 def case(raw: Mapping[str, Any], inline: Mapping[str, Any]) -> Case:
@@ -133,6 +151,7 @@ def case(raw: Mapping[str, Any], inline: Mapping[str, Any]) -> Case:
     )
     max_seqs = int(raw.get("maxNumSeqs", 256))
     saturation = bool(raw.get("saturation"))
+    rate = float(raw["requestRate"]) if raw.get("requestRate") is not None else None
     work = performance.Workload(
         arch=arch,
         bytes_per_weight=bpw,
@@ -140,13 +159,18 @@ def case(raw: Mapping[str, Any], inline: Mapping[str, Any]) -> Case:
         max_concurrency=max_seqs,
         prompt_tokens=int(raw["prompt"]),
         output_tokens=int(raw["output"]),
-        concurrency=max_seqs if saturation else int(raw["concurrency"]),
+        concurrency=max_seqs if saturation or rate is not None else int(raw["concurrency"]),
+        request_rate=rate,
         kv_capacity_tokens=capacity,
         fp8_compute=weights == "fp8",
         batched_tokens=int(raw.get("batchedTokens", performance.default_batched_tokens(gpu.memory_mib))),
         kv_bytes_per_element=kv_bytes,
     )
-    load = "saturation" if saturation else f"C={raw['concurrency']}"
+    load = (
+        "saturation" if saturation
+        else f"rate={rate:g}/s" if rate is not None
+        else f"C={raw['concurrency']}"
+    )
     label = (
         f"{arch.name} {weights} {gpu.product} TP{tp}xPP{pp} "
         f"{raw['prompt']}/{raw['output']} {load}"
@@ -160,6 +184,7 @@ def case(raw: Mapping[str, Any], inline: Mapping[str, Any]) -> Case:
         tp=tp,
         pp=pp,
         measured={k: float(v) for k, v in (raw.get("measured") or {}).items()},
+        engine=str(raw.get("engine", "")),
     )
 
 
@@ -206,13 +231,15 @@ def band(errs: Sequence[Error]) -> tuple[float, float]:
 
 def _same_except(a: Case, b: Case) -> str | None:
     """'load' or 'layout' when two cases of one source differ only in that; else None."""
-    if a.source != b.source or a.hw.family != b.hw.family:
+    if a.source != b.source or a.hw.family != b.hw.family or a.engine != b.engine:
         return None
     wa, wb = a.work, b.work
     same_work = (
         wa.arch == wb.arch
         and wa.bytes_per_weight == wb.bytes_per_weight
         and (wa.prompt_tokens, wa.output_tokens) == (wb.prompt_tokens, wb.output_tokens)
+        and (wa.batched_tokens, wa.kv_bytes_per_element) == (wb.batched_tokens, wb.kv_bytes_per_element)
+        and wa.request_rate == wb.request_rate
         and a.hw.memory_bandwidth_gbps == b.hw.memory_bandwidth_gbps
     )
     if not same_work:
@@ -237,17 +264,28 @@ class Ordering:
         return (self.measured_ratio > 1) == (self.predicted_ratio > 1)
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """A same-source comparison to reproduce: b's metric over a's, as measured."""
+
+    source: str
+    metric: str
+    what: str
+    a: Case
+    b: Case
+    measured_ratio: float
+
+
 # Measured differences below this are noise, not an ordering to reproduce.
 _TIE = 0.03
 
 
-def orderings(
-    all_cases: Sequence[Case],
-    eff: efficiency.Efficiency | None = None,
-    data: Mapping[str, Any] | None = None,
-) -> list[Ordering]:
+def comparisons(
+    all_cases: Sequence[Case], data: Mapping[str, Any] | None = None
+) -> list[Comparison]:
+    """Every same-source pair that differs only in load or layout, plus the data set's ratio-only
+    `orderings` (whose sources have no cases of their own)."""
     data = data or dataset()
-    figures = {id(c): predicted(c, eff) for c in all_cases}
     out = []
     for i, a in enumerate(all_cases):
         for b in all_cases[i + 1 :]:
@@ -259,17 +297,259 @@ def orderings(
                     ratio = b.measured[metric] / a.measured[metric]
                     if abs(math.log(ratio)) < _TIE:
                         continue
-                    out.append(Ordering(
-                        a.source, metric, f"{kind}: {a.label} -> {b.label}", ratio,
-                        figures[id(b)][metric] / figures[id(a)][metric],
-                    ))
+                    out.append(Comparison(
+                        a.source, metric, f"{kind}: {a.label} -> {b.label}", a, b, ratio))
     inline = data.get("architectures") or {}
     for raw in data.get("orderings") or []:
         base = {**raw["base"], "source": raw["source"], "measured": {}}
         a, b = case(base, inline), case({**base, **raw["other"]}, inline)
-        metric = str(raw["metric"])
-        out.append(Ordering(
-            str(raw["source"]), metric, f"layout: {a.label} -> {b.label}",
-            float(raw["measuredRatio"]), predicted(b, eff)[metric] / predicted(a, eff)[metric],
+        out.append(Comparison(
+            str(raw["source"]), str(raw["metric"]), f"layout: {a.label} -> {b.label}", a, b,
+            float(raw["measuredRatio"]),
         ))
     return out
+
+
+def _orderings(
+    pairs: Sequence[Comparison], figures: Callable[[Case], Mapping[str, float]]
+) -> list[Ordering]:
+    return [
+        Ordering(p.source, p.metric, p.what, p.measured_ratio,
+                 figures(p.b)[p.metric] / figures(p.a)[p.metric])
+        for p in pairs
+    ]
+
+
+def orderings(
+    all_cases: Sequence[Case],
+    eff: efficiency.Efficiency | None = None,
+    data: Mapping[str, Any] | None = None,
+    pairs: Sequence[Comparison] | None = None,
+) -> list[Ordering]:
+    pairs = comparisons(all_cases, data) if pairs is None else pairs
+    memo: dict[int, dict[str, float]] = {}
+
+    def figures(c: Case) -> dict[str, float]:
+        if id(c) not in memo:
+            memo[id(c)] = predicted(c, eff)
+        return memo[id(c)]
+
+    return _orderings(pairs, figures)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fit: coordinate descent in log space over efficiency.yaml's constants (hack/fit-planner.py
+# runs it on every case and writes the result; cross_validate() runs it without one publisher).
+
+MIN_FAMILY_CASES = 5
+FIT_BOUNDS = {
+    "memory": (0.4, 0.95),
+    "compute": (0.25, 0.95),
+    "step_overhead_s": (0.1e-3, 5e-3),
+    "layer_overhead_s": (1e-6, 60e-6),
+    "moe_layer_overhead_s": (1e-6, 200e-6),
+    "overlap": (0.0, 1.0),
+    # vLLM answers an idle request's first token within 10-20 ms beyond the prefill itself (HTTP,
+    # tokenizer, first scheduling); a larger fitted value would absorb one host's CPU limits.
+    "request_overhead_s": (1e-3, 20e-3),
+    "stream_overhead_s": (0.01e-3, 5e-3),
+}
+_SCALAR_KEYS = ("step_overhead_s", "layer_overhead_s", "moe_layer_overhead_s", "overlap",
+                "request_overhead_s", "stream_overhead_s")
+
+
+def objective(
+    eff: efficiency.Efficiency, all_cases: Sequence[Case], pairs: Sequence[Comparison]
+) -> float:
+    """Per metric, median plus half the mean of |log2(predicted / measured)|, plus one per
+    comparison in the wrong order."""
+    memo = {id(c): predicted(c, eff) for c in all_cases}
+
+    def figures(c: Case) -> dict[str, float]:
+        if id(c) not in memo:
+            memo[id(c)] = predicted(c, eff)
+        return memo[id(c)]
+
+    total = 0.0
+    for metric in METRICS:
+        values = [
+            abs(math.log2(memo[id(c)][metric] / c.measured[metric]))
+            for c in all_cases if metric in c.measured
+        ]
+        if values:
+            total += statistics.median(values) + 0.5 * statistics.fmean(values)
+    wrong = sum(not o.agrees for o in _orderings(pairs, figures))
+    return total + 1.0 * wrong
+
+
+def _with(eff: efficiency.Efficiency, key: str, value: float) -> efficiency.Efficiency:
+    if key == "*.compute":
+        families = {k: dataclasses.replace(v, compute=value) for k, v in eff.families.items()}
+        return dataclasses.replace(eff, families=families)
+    if "." in key:
+        family, field = key.split(".")
+        fam = dataclasses.replace(eff.families[family], **{field: value})
+        return dataclasses.replace(eff, families={**eff.families, family: fam})
+    return dataclasses.replace(eff, **{key: value})
+
+
+def _get(eff: efficiency.Efficiency, key: str) -> float:
+    if key == "*.compute":
+        return float(eff.families["default"].compute)
+    if "." in key:
+        family, field = key.split(".")
+        return float(getattr(eff.families[family], field))
+    return float(getattr(eff, key))
+
+
+def _own_families(all_cases: Sequence[Case]) -> list[str]:
+    """GPU families with enough cases to pin their own memory efficiency."""
+    counts = {f: sum(c.family == f for c in all_cases) for f in {c.family for c in all_cases}}
+    return sorted(f for f, n in counts.items() if n >= MIN_FAMILY_CASES)
+
+
+def fit(
+    eff: efficiency.Efficiency,
+    all_cases: Sequence[Case],
+    rounds: int = 6,
+    pairs: Sequence[Comparison] | None = None,
+    progress: Callable[[int, float], None] | None = None,
+) -> efficiency.Efficiency:
+    """Coordinate descent from `eff`: memory efficiency per family with its own entry, one compute
+    efficiency for all (only Hopper cases are compute-bound enough to pin it; a per-family compute
+    factor would absorb unrelated errors) and the overheads, each within FIT_BOUNDS."""
+    pairs = comparisons(all_cases) if pairs is None else pairs
+    keys = [f"{f}.memory" for f in _own_families(all_cases) if f in eff.families]
+    keys += ["*.compute", *_SCALAR_KEYS]
+    best = objective(eff, all_cases, pairs)
+    for round_ in range(rounds):
+        step = 0.25 / (round_ + 1)
+        for key in keys:
+            low, high = FIT_BOUNDS[key.split(".")[-1]]
+            for factor in (math.exp(step), math.exp(-step), math.exp(2 * step), math.exp(-2 * step)):
+                current = _get(eff, key)
+                value = min(high, max(low, current * factor if current > 0 else 0.05))
+                trial = _with(eff, key, value)
+                score = objective(trial, all_cases, pairs)
+                if score < best - 1e-6:
+                    eff, best = trial, score
+        if progress is not None:
+            progress(round_ + 1, best)
+    return eff
+
+
+def refit(
+    start: efficiency.Efficiency,
+    all_cases: Sequence[Case],
+    rounds: int = 6,
+    pairs: Sequence[Comparison] | None = None,
+    progress: Callable[[int, float], None] | None = None,
+) -> efficiency.Efficiency:
+    """The whole fitting procedure on `all_cases`, from `start`'s constants: families with at
+    least MIN_FAMILY_CASES cases get their own memory efficiency (a family without an entry in
+    `start` begins from its default), the rest and unknown GPUs the geometric mean of those fitted,
+    not constants fitted to one or two measurements. Error bands are left as `start` has them."""
+    own = set(_own_families(all_cases))
+    families = {k: v for k, v in start.families.items() if k in own or k == "default"}
+    for name in own - set(families):
+        families[name] = start.family(name)
+    eff = fit(dataclasses.replace(start, families=families), all_cases, rounds, pairs, progress)
+    fitted = [v for k, v in eff.families.items() if k != "default"] or [eff.families["default"]]
+    default = efficiency.FamilyEfficiency(
+        memory=statistics.geometric_mean(f.memory for f in fitted),
+        compute=statistics.geometric_mean(f.compute for f in fitted))
+    return dataclasses.replace(eff, families={**eff.families, "default": default})
+
+
+# ---------------------------------------------------------------------------------------------
+# Leave-one-source-out cross-validation.
+
+def publisher(data: Mapping[str, Any], source: str) -> str:
+    """The group a source is held out with: its `publisher` (pages of one lab, one harness, one
+    machine room are not independent of each other), else the source itself."""
+    return str((data["sources"].get(source) or {}).get("publisher") or source)
+
+
+@dataclass(frozen=True)
+class Fold:
+    group: str  # the publisher held out
+    sources: tuple[str, ...]
+    eff: efficiency.Efficiency  # fitted without them
+    errors: tuple[Error, ...]  # their cases under that fit
+    orderings: tuple[Ordering, ...]  # their same-source comparisons under that fit
+
+
+def cross_validate(
+    data: Mapping[str, Any] | None = None,
+    start: efficiency.Efficiency | None = None,
+    rounds: int = 6,
+) -> list[Fold]:
+    """For each publisher with cases: refit (refit(), from `start`, default the committed
+    constants) on every other publisher's cases and comparisons, then predict the held-out ones.
+
+    The starting point is the committed fit, which saw the sources it was fitted on
+    (efficiency.yaml); the descent moves away from it on the reduced set, but for those sources
+    the start is not entirely blind. Sources added after that fit never informed it."""
+    data = data or dataset()
+    start = start or efficiency.fitted()
+    every = cases(data)
+    pairs = comparisons(every, data)
+    groups: dict[str, list[str]] = {}
+    for source in data["sources"]:
+        groups.setdefault(publisher(data, source), []).append(source)
+    folds = []
+    for group, sources in groups.items():
+        held = [c for c in every if c.source in sources]
+        if not held:
+            continue  # ratio-only sources: nothing to predict, their comparisons stay in training
+        train = [c for c in every if c.source not in sources]
+        eff = refit(start, train, rounds, [p for p in pairs if p.source not in sources])
+        held_pairs = [p for p in pairs if p.source in sources]
+        folds.append(Fold(
+            group, tuple(sources), eff, tuple(errors(held, eff)),
+            tuple(orderings(held, eff, data, held_pairs)),
+        ))
+    return folds
+
+
+_WITHIN = (1.5, 2.0)
+
+
+@dataclass(frozen=True)
+class Score:
+    """Errors of one group of figures: median factor max(p/m, m/p), share within 1.5x and 2x."""
+
+    figures: int
+    median_factor: float
+    within_1_5: float
+    within_2: float
+
+
+def score(errs: Sequence[Error]) -> Score | None:
+    if not errs:
+        return None
+    logs = [e.log2 for e in errs]
+    return Score(
+        figures=len(logs),
+        median_factor=float(2 ** statistics.median(logs)),
+        within_1_5=sum(v <= math.log2(_WITHIN[0]) + 1e-12 for v in logs) / len(logs),
+        within_2=sum(v <= math.log2(_WITHIN[1]) + 1e-12 for v in logs) / len(logs),
+    )
+
+
+def scores(errs: Sequence[Error]) -> dict[tuple[str, str], Score]:
+    """(engine family or "all", metric) -> Score, for every pair with figures."""
+    out: dict[tuple[str, str], Score] = {}
+    families = ["all", *sorted({e.case.engine_family for e in errs})]
+    for family in families:
+        for metric in METRICS:
+            chosen = [e for e in errs if e.metric == metric
+                      and (family == "all" or e.case.engine_family == family)]
+            s = score(chosen)
+            if s is not None:
+                out[(family, metric)] = s
+    return out
+
+
+def held_out_errors(folds: Sequence[Fold]) -> list[Error]:
+    return [e for f in folds for e in f.errors]
