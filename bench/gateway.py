@@ -5,7 +5,8 @@ inter-token latency, one process of their own) and the same load (bench/gateway_
 concurrent streaming chat completions from a client process of its own) go through each
 contender in turn (bench/gateway_contenders.py): direct to the engines (the baseline), Envoy
 alone (the floor), vLLM's Rust router, the LiteLLM proxy if it installs, and shardwise's gateway
-(Envoy + its ext_proc service, fed by a local API server). Each is warmed up first, then measured:
+(Envoy + its ext_proc service, fed by a local API server), and the same again with API keys and
+quotas on (a real Redis as the quota store). Each is warmed up first, then measured:
 
 - TTFT and the gap between content chunks, p50 and p99, and what each adds over the direct run
   (the difference of the percentiles: gateway_figures.py says why);
@@ -130,8 +131,8 @@ def run_load(contender: contenders.Contender, requests: int, args: argparse.Name
 
 
 def measure(contender: contenders.Contender, engines: Engines, args: argparse.Namespace,
-            workdir: pathlib.Path, baseline: tuple | None) -> figures.Figures:
-    """Start, warm up, measure and stop one contender."""
+            workdir: pathlib.Path, baseline: tuple | None) -> tuple[figures.Figures, dict[str, float]]:
+    """Start, warm up, measure and stop one contender; its figures, and any of its own."""
     try:
         contender.start(engines.addresses, workdir)
         pids = contender.pids  # stop() forgets them
@@ -144,6 +145,8 @@ def measure(contender: contenders.Contender, engines: Engines, args: argparse.Na
         after = figures.tree_cpu_ticks(pids, read_stats())
         if not contender.alive():
             raise contenders.Unavailable(f"{contender.name} died during the run")
+        own = contender.after_run(
+            lambda n: run_load(contender, n, args, workdir / f"{contender.name}-after.json"))
     finally:
         contender.stop()
     if not result["ttft_s"]:
@@ -156,7 +159,7 @@ def measure(contender: contenders.Contender, engines: Engines, args: argparse.Na
                              baseline=baseline)
     if result["error_examples"]:
         print(f"  {contender.name} errors, e.g.: {result['error_examples'][:3]}")
-    return row
+    return row, own
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -199,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         field = [c for c in field if c.role == "baseline" or c.name in args.only]
     rows: list[figures.Figures] = []
     roles: dict[str, str] = {}
+    own: dict[str, dict[str, float]] = {}
     skipped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         workdir = pathlib.Path(tmp)
@@ -211,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"== {label}", flush=True)
                 started = time.monotonic()
                 try:
-                    row = measure(contender, engines, args, workdir, baseline)
+                    row, own[contender.name] = measure(contender, engines, args, workdir, baseline)
                 except contenders.Unavailable as why:
                     print(f"  skipped: {why}")
                     skipped.append(f"{contender.name}: {str(why).splitlines()[0]}")
@@ -249,6 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         print("  not evaluated: shardwise gateway: not available yet")
     else:
         for line in figures.target_lines(candidate, floor, peers):
+            print(f"  {line}")
+    keyed = next((r for r in rows if roles[r.name] == "keys"), None)
+    if keyed is not None and candidate is not None:
+        print("keys and quotas on (issue 21), the same gateway with `--auth` and a Redis quota store:")
+        redis = own.get(keyed.name, {}).get("redis_commands_per_request")
+        for line in figures.key_check_lines(keyed, candidate, redis):
             print(f"  {line}")
     failed = [r for r in rows if r.error_rate > MAX_ERROR_RATE]
     for row in failed:

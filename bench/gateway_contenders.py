@@ -13,6 +13,11 @@ service, or a launcher and the server it forks, all count), `stop()` ends them.
   project's), installed on first use within a time limit; skipped with the reason otherwise.
 - shardwise: Envoy + shardwise's ext_proc service, as shardwise.devcluster's FrontDoor runs them
   for `make demo`, fed by a local API server holding one InferenceDeployment and its pods.
+- shardwise+keys: the same with API keys and quotas on (`--auth`, a real Redis as the shared
+  store, one APIKey whose limits the load never reaches), so every request pays the key lookup,
+  the quota admission (one Redis round trip) and the charge after the response. Redis's CPU is
+  billed to it too. `redis_commands(requests)` then counts, on a separate short run with Redis's
+  MONITOR on, the commands the gateway sends per request.
 
 A contender that cannot be had raises `Unavailable` from `start()` with the reason to print.
 """
@@ -25,9 +30,11 @@ import pathlib
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 import yaml
 
@@ -42,6 +49,9 @@ MODEL = "bench-model"
 # `litellm-proxy==1.110.x`, which is not on it, and 1.108.8 to 1.109.x require a
 # `litellm-proxy-extras` newer than the index's newest (0.4.110); pip's resolver lands here.
 LITELLM_VERSION = "1.108.7"
+# Requests of the separate run that counts Redis commands (MONITOR slows Redis, so not the
+# measured one).
+REDIS_COUNT_REQUESTS = 300
 LITELLM_HOME = pathlib.Path.home() / ".cache/shardwise" / f"bench-litellm-{LITELLM_VERSION}"
 
 
@@ -81,7 +91,7 @@ class Contender:
     """Base: no processes of its own."""
 
     name = "?"
-    role = "peer"  # baseline | floor | peer | candidate
+    role = "peer"  # baseline | floor | peer | candidate | keys
 
     def __init__(self) -> None:
         self.base_urls: list[str] = []
@@ -97,6 +107,11 @@ class Contender:
 
     def start(self, engines: list[str], workdir: pathlib.Path) -> None:
         raise NotImplementedError
+
+    def after_run(self, run_load: Callable[[int], object]) -> dict[str, float]:
+        """Figures of its own after the measured run, while it still runs; `run_load(n)` sends n
+        more requests as the measured run did."""
+        return {}
 
     def stop(self) -> None:
         for process in reversed(self.processes):
@@ -335,18 +350,32 @@ class Shardwise(Contender):
         self.envoy_concurrency = envoy_concurrency
         self.cluster = None
         self.door = None
+        self.extra_args: tuple[str, ...] = ()
 
     def start(self, engines: list[str], workdir: pathlib.Path) -> None:
         from shardwise.devcluster.cluster import LocalCluster  # needs the control-plane binaries
 
         try:
-            self.cluster = LocalCluster(workdir / "cluster").start()
+            self.cluster = LocalCluster(workdir / f"{self.name}-cluster").start()  # a fresh etcd each
         except (FileNotFoundError, RuntimeError, TimeoutError) as error:
             raise Unavailable(f"no local control plane (make control-plane): {error}") from error
         for process in list(self.cluster.processes):
             if process.name in ("kube-controller-manager", "kube-scheduler", "kwok"):
                 process.stop()
                 self.cluster.processes.remove(process)
+        self._install(engines)
+        self.door = gateway_launcher.FrontDoor(
+            self.cluster.kubeconfig, workdir / self.name, name=self.name,
+            namespaces=(self.NAMESPACE,), envoy_concurrency=self.envoy_concurrency,
+            extra_args=self.extra_args)
+        self.door.start()
+        self.processes = [self.door.envoy, self.door.gateway]
+        self.base_urls = [self.door.base_url.removesuffix("/v1")]
+        _wait_ready(self.base_urls[0], None, timeout_s=60, api_key=self.api_key or "bench")
+
+    def _install(self, engines: list[str]) -> None:
+        """The objects the gateway reads: the CRD, the namespace, the deployment, Ready pods."""
+        assert self.cluster is not None
         self.cluster.install_crd(ROOT / "crds/inferencedeployments.shardwise.io.yaml")
         self.cluster.kubectl("create", "-f", "-", input=yaml.safe_dump_all(
             serving_objects(self.NAMESPACE, engines)))
@@ -354,13 +383,6 @@ class Shardwise(Contender):
             self.cluster.kubectl(
                 "-n", self.NAMESPACE, "patch", "pod", f"{MODEL}-{index}", "--subresource=status",
                 "--type=merge", "-p", json.dumps(ready_pod_status(engine.rsplit(":", 1)[0])))
-        self.door = gateway_launcher.FrontDoor(
-            self.cluster.kubeconfig, workdir / "shardwise", name="shardwise",
-            namespaces=(self.NAMESPACE,), envoy_concurrency=self.envoy_concurrency)
-        self.door.start()
-        self.processes = [self.door.envoy, self.door.gateway]
-        self.base_urls = [self.door.base_url.removesuffix("/v1")]
-        _wait_ready(self.base_urls[0], None, timeout_s=60)
 
     def stop(self) -> None:
         if self.door is not None:
@@ -370,6 +392,87 @@ class Shardwise(Contender):
         if self.cluster is not None:
             self.cluster.stop()
             self.cluster = None
+
+
+class ShardwiseKeys(Shardwise):
+    """shardwise's gateway with keys and quotas on: `--auth`, Redis as the shared quota store.
+
+    The key's limits are far above what the load asks (so nothing is refused and the latency is
+    the checks' own, not a 429's), but each is set, so admission runs every check: concurrency
+    lease, requests bucket, tokens bucket, and the charge of the usage after each response.
+    """
+
+    name, role = "shardwise+keys", "keys"
+
+    def __init__(self, envoy_concurrency: int) -> None:
+        super().__init__(envoy_concurrency)
+        self.redis = None
+
+    def start(self, engines: list[str], workdir: pathlib.Path) -> None:
+        from shardwise.devcluster.redis import RedisServer
+
+        try:
+            self.redis = RedisServer(workdir, name="bench-redis").start()
+        except FileNotFoundError as error:
+            raise Unavailable(str(error)) from error
+        self.api_key = f"sk-bench-{secrets.token_hex(16)}"
+        self.extra_args = ("--auth", "--redis-url", self.redis.url, "--lease-namespace", self.NAMESPACE)
+        super().start(engines, workdir)
+        self.processes.append(self.redis.process)
+
+    def _install(self, engines: list[str]) -> None:
+        super()._install(engines)
+        assert self.cluster is not None
+        self.cluster.install_crd(ROOT / "crds/apikeys.shardwise.io.yaml")
+        self.cluster.kubectl("create", "-f", "-", input=yaml.safe_dump_all(
+            key_objects(self.NAMESPACE, self.api_key or "")))
+
+    def after_run(self, run_load: Callable[[int], object]) -> dict[str, float]:
+        return {"redis_commands_per_request": self.redis_commands(run_load, REDIS_COUNT_REQUESTS)}
+
+    def redis_commands(self, run_load: Callable[[int], object], requests: int) -> float:
+        """Commands the gateway sent to Redis per request over `requests` more requests, from
+        Redis's MONITOR (which prints each client command once, and the commands a script runs
+        as `lua` lines, not counted: a script is one round trip). Pipelined commands count each."""
+        assert self.redis is not None
+        argv = ["redis-cli", "-p", str(self.redis.port), "monitor"]
+        with tempfile.TemporaryFile("w+") as out:
+            monitor = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
+            try:
+                run_load(requests)
+                # Charges land just after each response, off the client's path: give them a moment
+                # to arrive before counting (bounded: the count only grows while they do).
+                deadline, seen = time.monotonic() + 10, -1
+                while time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    out.seek(0)
+                    count = sum(1 for line in out if '"' in line and " lua]" not in line)
+                    if count == seen:
+                        break
+                    seen = count
+            finally:
+                monitor.terminate()
+                monitor.wait(10)
+        return seen / requests
+
+    def stop(self) -> None:
+        super().stop()
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+
+
+def key_objects(namespace: str, token: str) -> list[dict[str, object]]:
+    """A Secret holding `token` and an APIKey for MODEL with every limit set, none reached."""
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "bench-key", "namespace": namespace,
+                           "labels": {"shardwise.io/api-key": "true"}},
+              "stringData": {"key": token}}
+    apikey = {"apiVersion": "shardwise.io/v1alpha1", "kind": "APIKey",
+              "metadata": {"name": "bench", "namespace": namespace},
+              "spec": {"secretName": "bench-key", "models": [MODEL], "requestsPerMinute": 10_000_000,
+                       "tokensPerMinute": 10_000_000_000, "maxConcurrentRequests": 100_000}}
+    return [secret, apikey]
 
 
 def serving_objects(namespace: str, engines: list[str]) -> list[dict[str, object]]:
@@ -412,6 +515,7 @@ def all_contenders(*, envoy_concurrency: int, litellm: bool, litellm_install_tim
     if litellm:
         contenders.append(LiteLLM(litellm_install_timeout_s, litellm_start_timeout_s))
     contenders.append(Shardwise(envoy_concurrency))
+    contenders.append(ShardwiseKeys(envoy_concurrency))
     return contenders
 
 

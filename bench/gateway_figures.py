@@ -233,6 +233,23 @@ def target_lines(candidate: Figures, floor: Figures | None, peers: Sequence[Figu
     return lines
 
 
+def key_check_lines(keyed: Figures, plain: Figures, redis_commands_per_request: float | None) -> list[str]:
+    """Issue 21's figures: what the key and quota checks add, the gateway with keys (`keyed`)
+    against the same gateway without (`plain`), measured in the same run; and the Redis commands
+    each request costs (None: not counted)."""
+    added_ttft, added_gap = keyed.ttft.minus(plain.ttft), keyed.gap.minus(plain.gap)
+    lines = [f"added by the key and quota checks: TTFT p50 {added_ttft.p50 * 1000:+.2f} ms, "
+             f"p99 {added_ttft.p99 * 1000:+.2f} ms; chunk gap p50 {added_gap.p50 * 1000:+.2f} ms, "
+             f"p99 {added_gap.p99 * 1000:+.2f} ms"]
+    if keyed.cpu_per_1k is not None and plain.cpu_per_1k:
+        lines.append(f"CPU with keys (gateway, Envoy and Redis): {keyed.cpu_per_1k:.2f} s per 1,000 requests, "
+                     f"{keyed.cpu_per_1k / plain.cpu_per_1k:.2f}x without")
+    if redis_commands_per_request is not None:
+        lines.append(f"Redis commands per request: {redis_commands_per_request:.2f} "
+                     "(pipelined commands counted each; a script is one)")
+    return lines
+
+
 def format_table(rows: Sequence[Figures]) -> str:
     """The side-by-side table: one row per contender, milliseconds and CPU-seconds."""
     header = (

@@ -127,3 +127,19 @@ def test_table_has_a_row_per_contender() -> None:
     table = figures.format_table([_row("direct", 0, 0, None), _row("envoy", 0.001, 0.0, 1.0)])
     lines = table.splitlines()
     assert len(lines) == 3 and lines[1].startswith("direct") and lines[2].rstrip().endswith("1.00")
+
+
+def test_key_checks_are_the_keyed_gateway_minus_the_plain_one_in_the_same_run() -> None:
+    def measured(name: str, ttft: tuple[float, float], gap: tuple[float, float], cpu_s: float) -> figures.Figures:
+        zero = figures.Distribution(0.0, 0.0)
+        return figures.Figures(name=name, requests=1000, errors=0, wall_s=10.0,
+                               ttft=figures.Distribution(*ttft), gap=figures.Distribution(*gap),
+                               added_ttft=zero, added_gap=zero, cpu_s=cpu_s)
+
+    plain = measured("shardwise", (0.070, 0.150), (0.010, 0.020), cpu_s=2.0)
+    keyed = measured("shardwise+keys", (0.072, 0.155), (0.010, 0.021), cpu_s=2.5)
+    lines = figures.key_check_lines(keyed, plain, redis_commands_per_request=2.0)
+    assert "TTFT p50 +2.00 ms, p99 +5.00 ms" in lines[0] and "chunk gap p50 +0.00 ms, p99 +1.00 ms" in lines[0]
+    assert "2.50 s per 1,000 requests, 1.25x without" in lines[1]
+    assert lines[2].startswith("Redis commands per request: 2.00")
+    assert len(figures.key_check_lines(keyed, plain, None)) == 2
