@@ -2,9 +2,11 @@
 
 Prints, per trace: reaction to the surge, time back under the SLO, up/down reversals, minutes in
 violation of the SLO, replica-minutes used (the GPU bill) and the clairvoyant bound (exactly the
-replicas each tick's arrivals need, ready at once), beside the figures of the reactive policy this
-replaced; then how well three forecasts predict the rate one start time ahead, and the cost of one
-decide() call.
+replicas each tick's arrivals need, ready at once) and the start bound (the same foresight, but
+replicas asked for at evaluations and ready a startup later: what meeting the SLO at every tick
+costs at the least when replicas take time to start), beside the figures of the reactive policy
+this replaced; then how well three forecasts predict the rate one start time ahead, and the cost
+of one decide() call.
 Run: `.venv/bin/python bench/bench_autoscale.py` (part of `make bench`).
 """
 
@@ -47,8 +49,8 @@ def _seconds(value: float | None) -> str:
 
 def print_traces(policy: Policy, seed: int, *, today: bool) -> None:
     header = (f"{'trace':<14} {'reaction':>9} {'recovery':>9} {'reversals':>9} "
-              f"{'violation min':>13} {'replica-min':>11} {'bound':>6} {'x bound':>7} {'peak':>4} "
-              f"{'final':>5}")
+              f"{'violation min':>13} {'replica-min':>11} {'bound':>6} {'x bound':>7} "
+              f"{'start bound':>11} {'x start':>7} {'peak':>4} {'final':>5}")
     if today:
         header += "   today: reaction recovery reversals viol-min rep-min"
     print(header)
@@ -56,9 +58,11 @@ def print_traces(policy: Policy, seed: int, *, today: bool) -> None:
     for trace in sim.standard_traces():
         r = sim.simulate(trace, policy, PLANT, seed=seed)
         bound = r.clairvoyant_replica_minutes
+        start = r.startup_bound_replica_minutes
         line = (f"{r.trace:<14} {_seconds(r.reaction_s):>9} {_seconds(r.recovery_s):>9} "
                 f"{r.direction_changes:>9} {r.violation_minutes:>13.1f} {r.replica_minutes:>11.0f} "
-                f"{bound:>6.0f} {r.replica_minutes / bound:>7.2f} {r.peak_replicas:>4} "
+                f"{bound:>6.0f} {r.replica_minutes / bound:>7.2f} {start:>11.0f} "
+                f"{r.replica_minutes / start:>7.2f} {r.peak_replicas:>4} "
                 f"{r.final_replicas:>5}")
         if today and trace.name in TODAY:
             reaction, recovery, reversals, violation, replica = TODAY[trace.name]

@@ -140,6 +140,7 @@ class _Demand:
     ahead: float  # the rate expected one start time and one period ahead
     peak: float  # the highest rate expected until a scale-down could be decided again
     noise: float  # how far one period's rate may stray above the forecast and not be a burst
+    level_noise: float  # how far the forecast itself may stray from the load on noise alone
     horizon_s: float
     safe_rps: float | None  # per replica, where the SLO holds
     breaking_known: bool
@@ -252,6 +253,7 @@ def _learn(
     demand = _Demand(rate=rate, burst=burst, base=base, ahead=fc.predict(now, horizon_s),
                      peak=fc.peak(now, down_horizon_s, policy.evaluation_period_s), horizon_s=horizon_s,
                      noise=fc.fence(policy.evaluation_period_s),
+                     level_noise=fc.level_fence(policy.evaluation_period_s, startup_s),
                      safe_rps=learned.safe_rps, breaking_known=learned.breaking_known,
                      throughput_rps=learned.throughput_rps)
     return learned, demand
@@ -356,13 +358,20 @@ def _replicas_ahead(policy: policy_mod.Policy, current: int, demand: _Demand) ->
 
 def _carried(policy: policy_mod.Policy, obs: observation_mod.Observation, demand: _Demand,
              current: int) -> str | None:
-    """In words, when the demand now and one start ahead fits the ready replicas at the load where
-    the SLO held and nothing queues: a latency breach then is the engines' noise, not load."""
+    """In words, when the load fits the ready replicas at the load where the SLO held and nothing
+    queues: a latency breach then is the engines' noise, not load.
+
+    The load is what the forecast expected for this period and one start ahead, less how far the
+    forecast strays on noise alone (its level fence), not this period's rate: a rate above the
+    forecast but inside its burst fence is noise by the forecast's own measure, and one noisy
+    period at a knife-edge load would otherwise buy a replica that the scale-down, which keeps a
+    tolerance band, never gives back. Only one period is forgiven: a second scales."""
     if not demand.breaking_known or not demand.safe_rps or obs.waiting > 0 or demand.burst:
         return None
-    if obs.replicas_ready < current or max(demand.rate, demand.ahead) > current * demand.safe_rps:
+    load = max(demand.base, demand.ahead)
+    if obs.replicas_ready < current or load - demand.level_noise > current * demand.safe_rps:
         return None
-    return (f"{max(demand.rate, demand.ahead):.3g} req/s, which {current} replicas carry at "
+    return (f"{load:.3g} req/s expected, which {current} replicas carry at "
             f"{demand.safe_rps:.3g} req/s each")
 
 

@@ -84,6 +84,13 @@ class Forecast:
         """How far above the forecast one period's rate may lie and still not be a burst."""
         return _OUTLIER * self._scale(period_s)
 
+    def level_fence(self, period_s: float, startup_s: float) -> float:
+        """How far the smoothed level (and so a prediction) may stray from the true rate on noise
+        alone: the same 3-deviation fence, for an exponential average over `startup_s` of periods
+        whose rate has that deviation, which shrinks it by sqrt(alpha / (2 - alpha))."""
+        alpha = 1 - math.exp(-period_s / max(startup_s, period_s))
+        return self.fence(period_s) * math.sqrt(alpha / (2 - alpha))
+
     def _scale(self, period_s: float) -> float:
         poisson = math.sqrt(max(self.level, 0.0) / max(period_s, 1e-9))
         return max(self.sigma(), poisson, 1e-9)

@@ -139,6 +139,27 @@ CASES = [
          "Forecast", history=dataclasses.replace(watched(2), learned=Learned(
              bins=LEARNED_BINS,
              forecast=forecast.Forecast(level=14.0, trend=0.02, deviation=0.5, at=NOW - 30.0)))),
+    # A period's rate strays from the load by noise; whether the replicas carry the load is judged
+    # on the forecast, less the forecast's own noise, so a noisy period is not read as demand.
+    Case("a one-period breach on a noisy period the forecast says is carried is noise",
+         obs(2, ttft_p95_ms=700.0, itl_p95_ms=30.0, requests_per_second=17.5), 2,
+         "noise, not demand; a second period scales",
+         history=dataclasses.replace(watched(2), learned=Learned(
+             bins=LEARNED_BINS,
+             forecast=forecast.Forecast(level=16.0, deviation=1.0, at=NOW - 30.0)))),
+    Case("a one-period breach when the forecast itself exceeds what the replicas carry scales",
+         obs(2, ttft_p95_ms=700.0, itl_p95_ms=30.0, requests_per_second=17.5), 3,
+         "TTFT p95 700 ms > SLO 500 ms for 1 period",
+         history=dataclasses.replace(watched(2), learned=Learned(
+             bins=LEARNED_BINS,
+             forecast=forecast.Forecast(level=19.0, deviation=1.0, at=NOW - 30.0)))),
+    Case("a second period of breach scales even when the forecast says it is carried",
+         obs(2, ttft_p95_ms=700.0, itl_p95_ms=30.0, requests_per_second=17.5), 3,
+         "TTFT p95 700 ms > SLO 500 ms for 2 periods",
+         history=dataclasses.replace(History(watched(2).records[:-1] + (Record(NOW - 30.0, 2, 2, "ttft"),)),
+                                     learned=Learned(
+             bins=LEARNED_BINS,
+             forecast=forecast.Forecast(level=16.0, deviation=1.0, at=NOW - 30.0)))),
     Case("traffic at zero cold-starts", obs(0, requests_per_second=0.5), 1,
          "traffic while scaled to zero (0.5 req/s, 0 waiting): cold start",
          policy=policy(min_replicas=0, allow_scale_to_zero=True)),
