@@ -4,7 +4,9 @@ Leave-one-publisher-out: for each publisher, the performance model's constants a
 every other publisher's figures (calibrate.cross_validate) and the held-out figures predicted.
 Prints, per engine family and metric, the median error factor max(p/m, m/p) and the share within
 1.5x and 2x, held out beside in sample (the committed constants on every figure), then how many
-same-source layout orderings the held-out fits get right. Model figures: the same on any machine.
+same-source layout orderings the held-out fits get right, and whether error_bands.yaml (the held-out
+bands `shardwise plan` prints as ERROR BAND) is this cross-validation's. Model figures: the same on
+any machine.
 Run: `.venv/bin/python bench/bench_planner_accuracy.py` (part of `make bench`).
 """
 
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import time
 
-from shardwise.planner import calibrate
+import yaml
+
+from shardwise.planner import calibrate, calibrate_cli
 
 # Issue 23's targets on held-out vLLM figures: share within 2x.
 TARGETS = {"itlMs": 0.85, "tokensPerSecond": 0.85, "ttftMs": 0.70}
@@ -46,6 +50,12 @@ def main() -> int:
               f"{'met' if share >= floor else 'NOT met'}")
     orderings = [o for f in folds for o in f.orderings]
     print(f"same-source layout orderings, held out: {sum(o.agrees for o in orderings)} of {len(orderings)} agree")
+    # The ERROR BAND `shardwise plan` prints is these held-out errors (error_bands.yaml).
+    with open(calibrate_cli._path("error_bands.yaml"), encoding="utf-8") as handle:
+        current = yaml.safe_load(handle) == calibrate_cli.bands_body(folds)
+    print("error_bands.yaml (the plan's ERROR BAND): "
+          + ("matches this cross-validation" if current
+             else "STALE: run `python -m shardwise.planner.calibrate_cli bands`"))
     return 0
 
 

@@ -165,6 +165,8 @@ def case(raw: Mapping[str, Any], inline: Mapping[str, Any]) -> Case:
         fp8_compute=weights == "fp8",
         batched_tokens=int(raw.get("batchedTokens", performance.default_batched_tokens(gpu.memory_mib))),
         kv_bytes_per_element=kv_bytes,
+        burst=saturation,
+        api_server=not raw.get("offline"),
     )
     load = (
         "saturation" if saturation
@@ -353,9 +355,10 @@ FIT_BOUNDS = {
     # tokenizer, first scheduling); a larger fitted value would absorb one host's CPU limits.
     "request_overhead_s": (1e-3, 20e-3),
     "stream_overhead_s": (0.01e-3, 5e-3),
+    "intake_s": (0.5e-3, 30e-3),
 }
 _SCALAR_KEYS = ("step_overhead_s", "layer_overhead_s", "moe_layer_overhead_s", "overlap",
-                "request_overhead_s", "stream_overhead_s")
+                "request_overhead_s", "stream_overhead_s", "intake_s")
 
 
 def objective(
@@ -553,3 +556,50 @@ def scores(errs: Sequence[Error]) -> dict[tuple[str, str], Score]:
 
 def held_out_errors(folds: Sequence[Fold]) -> list[Error]:
     return [e for f in folds for e in f.errors]
+
+
+# ---------------------------------------------------------------------------------------------
+# What the calibrate command writes (shardwise.planner.calibrate_cli): the fitted constants
+# (efficiency.yaml) and the held-out error bands `shardwise plan` quotes (error_bands.yaml).
+
+def band_mapping(errs: Sequence[Error]) -> dict[str, dict[str, dict[str, float]]]:
+    """GPU family ("all" first) -> metric -> median and p90 of |log2(predicted / measured)|."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for family in ["all", *sorted({e.case.family for e in errs})]:
+        chosen = [e for e in errs if family == "all" or e.case.family == family]
+        metrics: dict[str, dict[str, float]] = {}
+        for metric in METRICS:
+            subset = [e for e in chosen if e.metric == metric]
+            if subset:
+                median, p90 = band(subset)
+                metrics[metric] = {"medianLog2": round(median, 3), "p90Log2": round(p90, 3),
+                                   "cases": len(subset)}
+        if metrics:
+            out[family] = metrics
+    return out
+
+
+def efficiency_mapping(eff: efficiency.Efficiency, all_cases: Sequence[Case]) -> dict[str, Any]:
+    """efficiency.yaml's body: the constants and the in-sample error bands of the fit."""
+    return {
+        "families": {name: {"memory": round(f.memory, 3), "compute": round(f.compute, 3)}
+                     for name, f in sorted(eff.families.items())},
+        "stepOverheadMs": round(eff.step_overhead_s * 1e3, 3),
+        "layerOverheadUs": round(eff.layer_overhead_s * 1e6, 2),
+        "moeLayerOverheadUs": round(eff.moe_layer_overhead_s * 1e6, 2),
+        "overlap": round(eff.overlap, 3),
+        "requestOverheadMs": round(eff.request_overhead_s * 1e3, 2),
+        "streamOverheadMs": round(eff.stream_overhead_s * 1e3, 3),
+        "intakeMs": round(eff.intake_s * 1e3, 3),
+        "errorBands": band_mapping(errors(all_cases, eff)),
+    }
+
+
+def held_out_band_mapping(folds: Sequence[Fold]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """error_bands.yaml's `bands`: engine family ("all" first) -> GPU family -> metric -> band of
+    the leave-one-publisher-out errors (each figure predicted by a fit that never saw its source)."""
+    held = held_out_errors(folds)
+    out = {"all": band_mapping(held)}
+    for engine in sorted({e.case.engine_family for e in held}):
+        out[engine] = band_mapping([e for e in held if e.case.engine_family == engine])
+    return out

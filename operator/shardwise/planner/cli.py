@@ -246,8 +246,8 @@ def _table(result: plans.Plan, arch: models.ModelArch | None = None) -> str:
             for metric, typical, p90 in p.error_band
         )
         lines.append(
-            f"ERROR BAND   {bands} (calibration fit, {p.gpu_family} GPUs; "
-            "docs/planner-calibration.md)"
+            f"ERROR BAND   {bands} (held out, leave-one-publisher-out, vLLM on {p.gpu_family} "
+            "GPUs; docs/planner-calibration.md)"
         )
     if result.capacity_message:
         lines.append(

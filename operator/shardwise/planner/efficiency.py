@@ -4,8 +4,9 @@ The performance model is physics (bytes, FLOPs, link transfers) times a handful 
 no datasheet gives: how much of the peak HBM bandwidth and tensor throughput an engine reaches per
 GPU family, the fixed cost of an engine step and of a layer (kernel launches, scheduling), and the
 extra fixed cost of a mixture-of-experts layer (router, top-k, grouped GEMM). These are fitted on
-the measured results in measurements.yaml; the same file records the fit's error per
-metric and GPU family, which `shardwise plan` states as the expected error band.
+the measured results in measurements.yaml; the same file records the fit's in-sample error per
+metric and GPU family. The expected error band `shardwise plan` states is the held-out one
+(error_bands.yaml: leave-one-publisher-out cross-validation, written by calibrate_cli), not the fit's.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class FamilyEfficiency:
 
 @dataclass(frozen=True)
 class ErrorBand:
-    """Median and 90th percentile of |log2(predicted / measured)| in the calibration fit."""
+    """Median and 90th percentile of |log2(predicted / measured)| (in the fit, or held out)."""
 
     median_log2: float
     p90_log2: float
@@ -54,6 +55,9 @@ class Efficiency:
     overlap: float = 0.0  # share of min(compute, memory) a step adds to the larger one
     request_overhead_s: float = 0.0  # per request, before the first token: API server, tokenizer
     stream_overhead_s: float = 0.0  # added to TTFT per other stream being served (API server CPU)
+    # Serial CPU time per request a burst's requests cost before the engine runs them (API server
+    # and engine core intake: parse, template, tokenize, schedule); bounds a burst's request rate.
+    intake_s: float = 0.0
     bands: dict[str, dict[str, ErrorBand]] = field(default_factory=dict)  # family -> metric -> band
 
     def family(self, name: str) -> FamilyEfficiency:
@@ -91,8 +95,50 @@ def from_mapping(raw: dict[str, object]) -> Efficiency:
         overlap=float(raw.get("overlap", 0.0)),  # type: ignore[arg-type]
         request_overhead_s=float(raw.get("requestOverheadMs", 0.0)) / 1e3,  # type: ignore[arg-type]
         stream_overhead_s=float(raw.get("streamOverheadMs", 0.0)) / 1e3,  # type: ignore[arg-type]
+        intake_s=float(raw.get("intakeMs", 0.0)) / 1e3,  # type: ignore[arg-type]
         bands=bands,
     )
+
+
+@dataclass(frozen=True)
+class HeldOutBands:
+    """Leave-one-publisher-out error bands (error_bands.yaml): engine -> GPU family -> metric."""
+
+    bands: dict[str, dict[str, dict[str, ErrorBand]]]
+
+    def _families(self, engine: str) -> dict[str, dict[str, ErrorBand]]:
+        """An engine without held-out figures of its own gets every engine's."""
+        return self.bands.get(engine) or self.bands.get("all") or {}
+
+    def band_family(self, engine: str, family: str) -> str:
+        """`family` when every metric it has rests on enough held-out figures, else "all"."""
+        own = self._families(engine).get(family) or {}
+        if own and all(b.cases >= MIN_BAND_CASES for b in own.values()):
+            return family
+        return "all"
+
+    def band(self, engine: str, family: str, metric: str) -> ErrorBand | None:
+        return (self._families(engine).get(self.band_family(engine, family)) or {}).get(metric)
+
+
+def held_out_from_mapping(raw: dict[str, object]) -> HeldOutBands:
+    return HeldOutBands({
+        str(engine): {
+            str(family): {
+                str(metric): ErrorBand(float(b["medianLog2"]), float(b["p90Log2"]), int(b["cases"]))
+                for metric, b in metrics.items()
+            }
+            for family, metrics in families.items()
+        }
+        for engine, families in (raw.get("bands") or {}).items()  # type: ignore[attr-defined]
+    })
+
+
+@functools.cache
+def held_out() -> HeldOutBands:
+    """The committed held-out bands, the ERROR BAND `shardwise plan` prints."""
+    text = resources.files(__package__).joinpath("error_bands.yaml").read_text(encoding="utf-8")
+    return held_out_from_mapping(yaml.safe_load(text))
 
 
 @functools.cache

@@ -24,12 +24,21 @@ crosses every stage once per step: step = PP x stage + hops + step overhead. ITL
 with the planned load's prefill chunks mixed in, so ITL rises with load and with prompt length.
 
 Load. With concurrency C (closed loop, as `vllm bench serve --max-concurrency`), the engine runs
-R = min(C, maxConcurrency, KV-cache capacity in sequences of prompt+output tokens); the rest queue.
-A request lives L = max(O, R x P / prefill budget) + ceil(P / budget) - 1 steps, so each step
-carries R decodes and R x P / L prompt tokens on average. Output tokens/s = R x O / (L x step).
+R = min(C, maxConcurrency, whole sequences of prompt+output tokens the KV cache holds); the rest
+queue (admission: the KV room is the memory plan's, GPU memory x gpuMemoryUtilization less weights
+and overhead, over the per-token KV bytes). A request lives L = max(O, R x P / prefill budget) +
+ceil(P / budget) - 1 steps, so the steps carry R decodes and R x P / L prompt tokens on average.
+Prompt tokens come in chunks (min(P, budget)): with fewer than one chunk per step, that share of
+the steps carries a whole chunk and stalls its decodes for the chunk's time, the rest decode
+alone. ITL is the mean step a decoding sequence sees (the other R - 1 sequences' prompts: one
+sequence alone decodes in pure decode steps); output tokens/s = R x O / (L x mean step).
 TTFT = queue wait + prefill chunks (each a step shared with the decodes) + half a step (a request
 arrives mid-step). Closed loop: wait = (C/R - 1) x request time (Little's law). With a request rate
 instead, R solves rate x request time = R, and the wait is Sakasegawa's M/M/c approximation.
+A burst (every request at once, `--request-rate inf`): at full admission the engine completes mu
+requests/s; each request also costs a serial intake (API server and engine-core CPU, fitted) that
+does not overlap the engine's work, so requests flow at 1 / (intake + 1/mu) and the engine runs
+the R that rate keeps in flight. Offline harnesses (no API server) have no intake.
 
 Floors, never crossed: ITL and TTFT >= active weight bytes / (TP x HBM bandwidth) (every stage reads
 its weights once per step, stages in sequence); tokens/s <= GPUs x peak / (2 x active parameters).
@@ -128,6 +137,10 @@ class Workload:
     fp8_compute: bool = False  # fp8 weights and activations (W8A8) where the GPU has fp8
     batched_tokens: int = SMALL_GPU_BATCHED_TOKENS  # vLLM --max-num-batched-tokens
     kv_bytes_per_element: float = memory.KV_BYTES_PER_ELEMENT
+    # Every request at once (`vllm bench serve --request-rate inf`): the engine admits what its KV
+    # cache holds, the rest wait; the requests reach it through a serial intake (eff.intake_s).
+    burst: bool = False
+    api_server: bool = True  # requests come through the HTTP API server (not an offline harness)
 
 
 @dataclass(frozen=True)
@@ -229,9 +242,28 @@ def _capacity(work: Workload) -> float:
     """Sequences the engine runs at once: max-num-seqs, bounded by the KV cache."""
     cap = float(work.max_concurrency)
     if work.kv_capacity_tokens is not None:
+        # Whole sequences: one that does not fit waits (vLLM preempts rather than run it short).
         per_sequence = work.prompt_tokens + work.output_tokens
-        cap = min(cap, max(1.0, work.kv_capacity_tokens / per_sequence))
+        cap = min(cap, max(1.0, math.floor(work.kv_capacity_tokens / per_sequence)))
     return cap
+
+
+def _mean_step(
+    engine: _Engine, decodes: float, prefill: float, context: float, prompt: float, lump: float
+) -> float:
+    """Mean step time when the steps carry `prefill` prompt tokens on average beside `decodes`.
+
+    Prompt tokens come in lumps (a request's chunk): when there are fewer than one lump per step,
+    a share `prefill / lump` of the steps carries one and the rest decode alone; each chunk's time
+    is added to the decode steps it shares (the step is not the mean-field step of a fractional
+    chunk: a long prompt's chunk stalls the decodes of that step whole)."""
+    if prefill <= 0 or lump <= 0:
+        return engine.step_s(decodes, 0.0, context, prompt)
+    share = min(1.0, prefill / lump)
+    if share >= 1.0:
+        return engine.step_s(decodes, prefill, context, prompt)
+    with_chunk = engine.step_s(decodes, lump, context, prompt)
+    return share * with_chunk + (1 - share) * engine.step_s(decodes, 0.0, context, prompt)
 
 
 def _steady(engine: _Engine, running: float) -> _Steady:
@@ -242,8 +274,11 @@ def _steady(engine: _Engine, running: float) -> _Steady:
     chunks = math.ceil(prompt / room)
     life = max(output, running * prompt / room) + chunks - 1  # steps a request spends running
     context = prompt + output / 2
-    step = engine.step_s(running, running * prompt / life, context, prompt)
     chunk = min(prompt, room)
+    # A decoding sequence's steps carry the other sequences' prompts (its own is done); the
+    # engine's time over a request's life carries every running sequence's.
+    step = _mean_step(engine, running, (running - 1) * prompt / life, context, prompt, chunk)
+    cycle = _mean_step(engine, running, running * prompt / life, context, prompt, chunk)
     busy = running > 1
     # Each of this request's chunks rides a step with the other running sequences' decodes.
     chunk_step = engine.step_s(running - 1 if busy else 0.0, chunk, context, prompt, chunk=True)
@@ -262,7 +297,7 @@ def _steady(engine: _Engine, running: float) -> _Steady:
         itl_s=step,
         prefill_s=prefill + overhead,
         request_s=prefill + overhead + (output - 1) * step,
-        tokens_per_s=running * output / (life * step),
+        tokens_per_s=running * output / (life * cycle),
     )
 
 
@@ -282,23 +317,34 @@ def predict(
     engine = _Engine(work, hw, tp, pp, eff or efficiency.fitted())
     cap = _capacity(work)
     saturated = False
-    if work.request_rate is not None and work.request_rate > 0:
+    rate = work.request_rate
+    if work.burst:
+        # All at once: at full admission (as many sequences as max-num-seqs and the KV cache
+        # hold) the engine completes mu requests/s; the burst's requests also queue for a serial
+        # intake (API server and engine core CPU: parse, template, tokenize, schedule) that does
+        # not overlap the engine's work for them, so they flow at 1 / (intake + 1/mu). The engine
+        # then runs the R that rate keeps in flight (Little's law), the rest wait.
         full = _steady(engine, cap)
-        if work.request_rate * full.request_s >= cap * _MAX_UTILIZATION:
-            saturated = work.request_rate * full.request_s >= cap
+        mu = full.tokens_per_s / max(work.output_tokens, 1)
+        intake = engine.eff.intake_s if work.api_server else 0.0
+        rate = 1.0 / (intake + 1.0 / mu)
+    if rate is not None and rate > 0:
+        full = _steady(engine, cap)
+        if rate * full.request_s >= cap * _MAX_UTILIZATION:
+            saturated = rate * full.request_s >= cap
             state, utilization = full, _MAX_UTILIZATION
         else:
-            running = max(1.0, work.request_rate * full.request_s)
+            running = max(1.0, rate * full.request_s)
             for _ in range(20):  # Little's law fixed point: R = rate x request time(R)
                 state = _steady(engine, running)
-                following = min(cap, max(1.0, work.request_rate * state.request_s))
+                following = min(cap, max(1.0, rate * state.request_s))
                 if abs(following - running) <= 0.005 * running:
                     break
                 running = following
             state = _steady(engine, running)
-            utilization = min(_MAX_UTILIZATION, work.request_rate * state.request_s / cap)
+            utilization = min(_MAX_UTILIZATION, rate * state.request_s / cap)
         wait = _sakasegawa_wait(utilization, cap, state.request_s)
-        tokens = min(state.tokens_per_s, work.request_rate * work.output_tokens)
+        tokens = min(state.tokens_per_s, rate * work.output_tokens)
     else:
         concurrency = float(work.concurrency or work.max_concurrency)
         state = _steady(engine, min(concurrency, cap))

@@ -29,7 +29,7 @@ class Predicted:
     hourly_usd: float
     per_million_output_tokens_usd: float
     price_source: str
-    # metric -> (typical, p90) factor of |predicted / measured| in the calibration fit
+    # metric -> (typical, p90) factor of |predicted / measured|, held out (error_bands.yaml)
     error_band: tuple[tuple[str, float, float], ...] = ()
     gpu_family: str = ""
     saturated: bool = False

@@ -38,6 +38,8 @@ from shardwise.planner.request import PlanRequest
 # few percent of latency is not worth doubling the GPUs (vllm #8089, #12205 in GPU-FACTS.md).
 LATENCY_GAIN_FOR_MORE_GPUS = 0.10
 MAX_NODES_PER_REPLICA = 64
+# The engine whose held-out error band a plan quotes: the one shardwise deploys.
+BAND_ENGINE = "vllm"
 
 
 def _eligible(
@@ -253,11 +255,12 @@ def _to_plan(
     lay, pred = candidate.layout, candidate.prediction
     schedulable, message = _capacity(candidate)
     family = candidate.shape.gpu.family
-    fitted = efficiency.fitted()
+    # The error to expect: held out (leave-one-publisher-out) on vLLM figures, the engine deployed.
+    held = efficiency.held_out()
     bands = tuple(
         (metric, band.typical_factor, band.p90_factor)
         for metric in ("ttftMs", "itlMs", "tokensPerSecond")
-        if (band := fitted.band(family, metric)) is not None
+        if (band := held.band(BAND_ENGINE, family, metric)) is not None
     )
     return plans.Plan(
         feasible=candidate.fit.fits,
@@ -280,7 +283,7 @@ def _to_plan(
             per_million_output_tokens_usd=candidate.per_million_usd,
             price_source=candidate.price_source,
             error_band=bands,
-            gpu_family=fitted.band_family(family),
+            gpu_family=held.band_family(BAND_ENGINE, family),
             saturated=pred.saturated,
             correction=candidate.correction,
             idle_itl_ms=_idle_itl_ms(request, candidate),
