@@ -52,7 +52,7 @@ def main() -> int:
     print(f"same-source layout orderings, held out: {sum(o.agrees for o in orderings)} of {len(orderings)} agree")
     # The ERROR BAND `shardwise plan` prints is these held-out errors (error_bands.yaml).
     with open(calibrate_cli._path("error_bands.yaml"), encoding="utf-8") as handle:
-        current = yaml.safe_load(handle) == calibrate_cli.bands_body(folds)
+        current = calibrate_cli.same_bands(yaml.safe_load(handle), calibrate_cli.bands_body(folds))
     print("error_bands.yaml (the plan's ERROR BAND): "
           + ("matches this cross-validation" if current
              else "STALE: run `python -m shardwise.planner.calibrate_cli bands`"))

@@ -4,7 +4,7 @@ Pure: turns each measured case into the planner's own inputs (the same memory mo
 cache, the same link model the same interconnect), predicts, and reports |log2(predicted/measured)|
 per metric and GPU family, and whether same-source comparisons come out in the measured order.
 It also holds the fit itself (coordinate descent over efficiency.yaml's constants, run by
-hack/fit-planner.py) and leave-one-source-out cross-validation: refit without one publisher's
+calibrate_cli fit) and leave-one-source-out cross-validation: refit without one publisher's
 measurements, predict them, and score the held-out errors per metric and engine family.
 The fit, `make bench` (bench/bench_planner.py) and tests/unit/planner/test_calibration.py share it.
 """
@@ -340,7 +340,7 @@ def orderings(
 
 
 # ---------------------------------------------------------------------------------------------
-# The fit: coordinate descent in log space over efficiency.yaml's constants (hack/fit-planner.py
+# The fit: coordinate descent in log space over efficiency.yaml's constants (calibrate_cli fit
 # runs it on every case and writes the result; cross_validate() runs it without one publisher).
 
 MIN_FAMILY_CASES = 5

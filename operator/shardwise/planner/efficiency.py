@@ -1,4 +1,4 @@
-"""Fitted constants of the performance model, from efficiency.yaml (written by hack/fit-planner.py).
+"""Fitted constants of the performance model, from efficiency.yaml (written by calibrate_cli fit).
 
 The performance model is physics (bytes, FLOPs, link transfers) times a handful of constants that
 no datasheet gives: how much of the peak HBM bandwidth and tensor throughput an engine reaches per

@@ -58,8 +58,19 @@ def test_error_bands_yaml_is_the_committed_cross_validation() -> None:
     path = calibrate_cli._path("error_bands.yaml")
     with open(path, encoding="utf-8") as handle:
         committed = yaml.safe_load(handle)
-    assert committed == calibrate_cli.bands_body(list(_folds())), (
+    assert calibrate_cli.same_bands(committed, calibrate_cli.bands_body(list(_folds()))), (
         "error_bands.yaml is stale: run `python -m shardwise.planner.calibrate_cli bands`")
+
+
+def test_a_changed_band_is_stale() -> None:
+    body = calibrate_cli.bands_body(list(_folds()))
+    assert calibrate_cli.same_bands(body, body)
+    changed = yaml.safe_load(yaml.safe_dump(body))
+    changed["bands"]["vllm"]["all"]["tokensPerSecond"]["medianLog2"] += 0.01
+    assert not calibrate_cli.same_bands(body, changed)
+    changed = yaml.safe_load(yaml.safe_dump(body))
+    changed["bands"]["vllm"]["all"]["tokensPerSecond"]["cases"] += 1
+    assert not calibrate_cli.same_bands(body, changed)
 
 
 def test_plans_quote_the_held_out_vllm_band_not_the_fit() -> None:
