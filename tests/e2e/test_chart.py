@@ -54,8 +54,9 @@ OPERATOR_ALLOWED = [
     ("delete", "leaderworkersets.leaderworkerset.x-k8s.io", "ns"),
     ("delete", "deployments.apps", "ns"),  # the replaced workload after a re-plan, owned only
     # spec.routing's children (optional CRDs): watched, applied, deleted when routing goes.
+    # With each pool, the body-based router's ConfigMap (render/routing.py).
     *((verb, resource, where) for resource in ("inferencepools.inference.networking.k8s.io",
-                                               "httproutes.gateway.networking.k8s.io")
+                                               "httproutes.gateway.networking.k8s.io", "configmaps")
       for verb, where in (("list", ""), ("watch", ""), ("get", "ns"), ("create", "ns"), ("patch", "ns"),
                           ("delete", "ns"))),
     ("list", "nodes", ""),
@@ -93,7 +94,6 @@ OPERATOR_ALLOWED = [
 OPERATOR_DENIED = [
     ("get", "secrets", ""),
     ("list", "secrets", ""),
-    ("list", "configmaps", "release"),  # its own three ConfigMaps, by name, and no others
     ("get", "secrets", "release"),
     ("list", "secrets", "ns"),
     ("delete", "nodes", ""),
@@ -106,9 +106,6 @@ OPERATOR_DENIED = [
     ("patch", "inferencepools.inference.networking.k8s.io/status", "ns"),  # the gateway's to write
     ("create", "pods", "ns"),
     ("create", "pods/exec", "ns"),
-    ("get", "configmaps/other", "release"),
-    ("get", "configmaps/shardwise-pricing", "ns"),
-    ("patch", "configmaps/shardwise-pricing", "release"),
     ("create", "clusterroles.rbac.authorization.k8s.io", ""),
     ("escalate", "clusterroles.rbac.authorization.k8s.io", ""),
     ("bind", "clusterroles.rbac.authorization.k8s.io", ""),

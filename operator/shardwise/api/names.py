@@ -71,6 +71,11 @@ def http_route_name(name: str) -> str:
     return name
 
 
+def bbr_configmap_name(name: str) -> str:
+    """The body-based router's model entry (render/routing.py); ConfigMap names allow 253."""
+    return f"{name}-bbr-models"
+
+
 def leaderworkerset_name(name: str) -> str:
     """Not the resource's own name, which the client Service keeps: LWS makes a headless Service
     named after the LeaderWorkerSet for its pods' DNS, and two Services cannot share a name."""

@@ -6,7 +6,7 @@
 | Deployments, Services, | per watched namespace, server-side label selector: only      | whole object  |
 | LeaderWorkerSets,      | objects carrying the instance label (our children); the last |               |
 | InferencePools,        | three are optional (CRD absent: empty, relisted each minute) |               |
-| HTTPRoutes             |                                                              |               |
+| HTTPRoutes, ConfigMaps |                                                              |               |
 | Nodes                  | cluster-wide                                                 | GPU nodes, slim; others as a name |
 | Pods                   | cluster-wide, non-terminal (field selector)                  | ours and GPU pods, slim |
 | PersistentVolumeClaims | per watched namespace, model-cache label (our weight caches) | whole object  |
@@ -41,9 +41,11 @@ CHILD_KINDS = {
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "/apis/leaderworkerset.x-k8s.io/v1",
     (routing.POOL_API_VERSION, routing.POOL_KIND): f"/apis/{routing.POOL_API_VERSION}",
     (routing.ROUTE_API_VERSION, routing.ROUTE_KIND): f"/apis/{routing.ROUTE_API_VERSION}",
+    ("v1", routing.BBR_CONFIGMAP_KIND): "/api/v1",
 }
 _PLURALS = {"Deployment": "deployments", "Service": "services", "LeaderWorkerSet": "leaderworkersets",
-            routing.POOL_KIND: routing.POOL_PLURAL, routing.ROUTE_KIND: routing.ROUTE_PLURAL}
+            routing.POOL_KIND: routing.POOL_PLURAL, routing.ROUTE_KIND: routing.ROUTE_PLURAL,
+            routing.BBR_CONFIGMAP_KIND: "configmaps"}
 # Add-ons whose CRDs may be absent: an empty, synced store then, and a relist a minute later.
 _OPTIONAL_KINDS = {"LeaderWorkerSet", routing.POOL_KIND, routing.ROUTE_KIND}
 

@@ -82,7 +82,8 @@ def gather(cluster: Cluster, settings: Settings, namespace: str, name: str,
              for key in deciding.workload_keys(name)
              if key[1] != leaderworkerset.KIND or lws_installed}
     # Routing children spec.routing no longer asks for are deleted: the cache's only (ours carry the label).
-    served = {routing.POOL_KIND: pool_installed, routing.ROUTE_KIND: route_installed}
+    served = {routing.POOL_KIND: pool_installed, routing.ROUTE_KIND: route_installed,
+              routing.BBR_CONFIGMAP_KIND: True}
     owned_routing = {key: (looked_up[key] if key in looked_up else cluster.get_cached(key[0], key[1], namespace, key[2]))
                      for key in deciding.routing_keys(name) if served[key[1]]}
     prices = learned = None

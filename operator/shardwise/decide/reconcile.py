@@ -116,7 +116,7 @@ def key_of(obj: Mapping[str, Any]) -> ChildKey:
 
 def child_keys(name: str) -> list[ChildKey]:
     """Every child a deployment may have: its Service, a workload of either kind, and the routing
-    objects (an InferencePool, an HTTPRoute)."""
+    objects (an InferencePool, an HTTPRoute, the body-based router's ConfigMap)."""
     return [("v1", "Service", names.service_name(name)), *children.workload_candidates(name),
             *routing.candidates(name)]
 
@@ -136,10 +136,10 @@ def keys_to_check(name: str, stored_plan: Mapping[str, Any] | None, *, lws_insta
     Service, the workload kind of the stored plan (a Deployment while there is none), and the
     routing objects spec.routing asks for whose API is served."""
     multi_node = bool(stored_plan and stored_plan.get("feasible") and int(stored_plan.get("nodesPerReplica") or 1) > 1)
-    service, deployment, lws, pool, route = child_keys(name)
+    service, deployment, lws, pool, route, bbr_models = child_keys(name)
     keys = ([service, lws] if lws_installed else [service]) if multi_node else [service, deployment]
     if spec is not None and routing.pool_enabled(spec) and pool_installed:
-        keys.append(pool)
+        keys += [pool, bbr_models]
         if routing.route_enabled(spec) and route_installed:
             keys.append(route)
     return keys
@@ -277,7 +277,7 @@ def _with_routing(update: dict[str, Any], snapshot: Snapshot, spec: api.Inferenc
                   generation: int | None, now: str) -> dict[str, Any]:
     """`Routed`, from the routing children as they will be after the writes: those applied or
     kept by this pass, else as the snapshot saw them (weights downloading, a conflict)."""
-    pool_key, route_key = routing_keys(owner.name)
+    pool_key, route_key, _ = routing_keys(owner.name)
 
     def seen(kind: str, key: ChildKey) -> dict[str, Any] | None:
         if kind in routed:

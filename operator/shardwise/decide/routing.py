@@ -12,6 +12,8 @@ things are theirs alone, all pure here:
   ResolvedRefs): read back onto `Routed`, so a rejected route or an unresolved picker shows on
   the InferenceDeployment, where the user looks.
 - Turning routing (or the route) off deletes the routing children this resource controls.
+
+The body-based router's ConfigMap goes with the pool (render/routing.py says why it exists).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def missing_apis(spec: InferenceDeploymentSpec, *, pool_installed: bool, route_i
 def installable(wanted: list[dict[str, Any]], missing: tuple[str, ...]) -> list[dict[str, Any]]:
     """`wanted` without the routing children whose API the cluster lacks. Without the pool's API
     the route goes too: it would send traffic to a kind nobody serves."""
-    dropped = ({routing.POOL_KIND, routing.ROUTE_KIND} if POOL_NOT_INSTALLED in missing
+    dropped = ({routing.POOL_KIND, routing.ROUTE_KIND, routing.BBR_CONFIGMAP_KIND} if POOL_NOT_INSTALLED in missing
                else {routing.ROUTE_KIND} if ROUTE_NOT_INSTALLED in missing else set())
     return [obj for obj in wanted if obj["kind"] not in dropped]
 
@@ -67,7 +69,7 @@ def unwanted(spec: InferenceDeploymentSpec, owner: Owner,
     """Routing children this resource controls that spec.routing no longer asks for."""
     keep = set()
     if routing.pool_enabled(spec):
-        keep.add(routing.POOL_KIND)
+        keep |= {routing.POOL_KIND, routing.BBR_CONFIGMAP_KIND}
     if routing.route_enabled(spec):
         keep.add(routing.ROUTE_KIND)
     return [obj for (_, kind, _), obj in owned.items()

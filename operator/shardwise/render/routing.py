@@ -8,13 +8,22 @@ makes shardwise own one per deployment, so its selector follows shardwise's labe
 construction: the pool names the serving pods by label, never by address, so scaling, rollouts
 and re-plans change its endpoints and never its spec (only a move between one node and several
 does, when the leaders alone serve). The optional HTTPRoute is the GIE convention for choosing
-the pool by model: the body-based router copies the body's `model` into
-`X-Gateway-Base-Model-Name`, and the route matches that header exactly.
+the pool by model: the body-based router (BBR) sets `X-Gateway-Base-Model-Name` from the body's
+`model`, and the route matches that header exactly.
+
+BBR does not copy the name as it is: since GIE v1.5.0 (pkg/bbr/plugins/basemodelextractor) it
+looks the body's model up in ConfigMaps labelled `inference.networking.k8s.io/bbr-managed: "true"`
+(`baseModel`, and `adapters`: the LoRA adapters served on it) and sets the header to the base
+model found, or to "" for a model no ConfigMap names, so no route matches. Each pool therefore
+comes with such a ConfigMap: the served name, and the deployment's adapters, whose requests go to
+the base model's pool (found by tests/e2e/test_gie_gateway.py against the upstream BBR).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import yaml
 
 from shardwise.api import names
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
@@ -29,6 +38,8 @@ ROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
 ROUTE_KIND = "HTTPRoute"
 ROUTE_PLURAL = "httproutes"
 MODEL_HEADER = "X-Gateway-Base-Model-Name"
+BBR_CONFIGMAP_KIND = "ConfigMap"
+BBR_MANAGED_LABEL = "inference.networking.k8s.io/bbr-managed"
 
 
 def serving_selector(name: str, plan: dict[str, Any]) -> dict[str, str]:
@@ -92,11 +103,22 @@ def build_http_route(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, A
     }
 
 
+def build_bbr_models(owner: Owner, spec: InferenceDeploymentSpec) -> dict[str, Any]:
+    """The body-based router's entry for this pool's model names (the base model and its adapters)."""
+    metadata = object_metadata(owner, names.bbr_configmap_name(owner.name))
+    metadata["labels"] = {**metadata.get("labels", {}), BBR_MANAGED_LABEL: "true"}
+    data = {"baseModel": served_name(owner, spec)}
+    if spec.adapters:
+        data["adapters"] = yaml.safe_dump([a.name for a in spec.adapters], default_flow_style=False)
+    return {"apiVersion": "v1", "kind": BBR_CONFIGMAP_KIND, "metadata": metadata, "data": data}
+
+
 def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any]) -> list[dict[str, Any]]:
     """The routing children spec.routing asks for, in apply order (the pool before its route)."""
     out = []
     if pool_enabled(spec):
         out.append(build_inference_pool(owner, spec, plan))
+        out.append(build_bbr_models(owner, spec))
     if route_enabled(spec):
         out.append(build_http_route(owner, spec))
     return out
@@ -105,4 +127,5 @@ def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any]) ->
 def candidates(name: str) -> list[tuple[str, str, str]]:
     """(apiVersion, kind, name) of every routing child a resource may own."""
     return [(POOL_API_VERSION, POOL_KIND, names.inference_pool_name(name)),
-            (ROUTE_API_VERSION, ROUTE_KIND, names.http_route_name(name))]
+            (ROUTE_API_VERSION, ROUTE_KIND, names.http_route_name(name)),
+            ("v1", BBR_CONFIGMAP_KIND, names.bbr_configmap_name(name))]

@@ -60,7 +60,7 @@ def test_missing_pool_crd_creates_no_pool_and_installing_it_later_does(monkeypat
     kube.pool_installed = True
     at(monkeypatch, "2026-01-01T00:10:00Z")
     outcome = run(kube)
-    assert outcome.applied == ("InferencePool/qwen",)
+    assert outcome.applied == ("InferencePool/qwen", "ConfigMap/qwen-bbr-models")
     pool = kube.get(routing.POOL_API_VERSION, routing.POOL_KIND, "ml", "qwen")
     assert pool is not None and pool["spec"]["endpointPickerRef"]["name"] == "epp"
     assert kube.condition("Routed")["reason"] == "NoParents"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import yaml
+
 from shardwise.decide import reconcile, routing as routing_status
 from shardwise.decide.reconcile import decide
 from shardwise.render import routing
@@ -19,6 +21,7 @@ from tests.unit.decide.test_decide import (DEPLOYMENT, NAME, NS, SERVICE, T1, UI
 
 POOL = (routing.POOL_API_VERSION, routing.POOL_KIND, NAME)
 ROUTE = (routing.ROUTE_API_VERSION, routing.ROUTE_KIND, NAME)
+BBR = ("v1", "ConfigMap", f"{NAME}-bbr-models")
 PICKER = {"name": "my-epp", "port": 9002}
 
 
@@ -28,7 +31,7 @@ def routed(**routing_spec: Any) -> dict[str, Any]:
 
 
 def first_pass(resource: dict[str, Any], **extra: Any) -> reconcile.Decision:
-    return decide(snapshot(resource, children={SERVICE: None, DEPLOYMENT: None, POOL: None, ROUTE: None}, **extra))
+    return decide(snapshot(resource, children={SERVICE: None, DEPLOYMENT: None, POOL: None, BBR: None, ROUTE: None}, **extra))
 
 
 def applied(decision: reconcile.Decision, kind: str) -> dict[str, Any]:
@@ -37,7 +40,7 @@ def applied(decision: reconcile.Decision, kind: str) -> dict[str, Any]:
 
 def test_the_pool_selects_the_serving_pods_on_vllms_port_with_the_named_picker() -> None:
     decision = first_pass(routed())
-    assert [a.obj["kind"] for a in decision.apply] == ["Deployment", "Service", "InferencePool"]
+    assert [a.obj["kind"] for a in decision.apply] == ["Deployment", "Service", "InferencePool", "ConfigMap"]
     pool = applied(decision, "InferencePool")
     assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
     assert pool["metadata"]["ownerReferences"][0]["uid"] == UID
@@ -56,7 +59,7 @@ def test_the_pool_selects_the_serving_pods_on_vllms_port_with_the_named_picker()
 def test_the_http_route_matches_the_served_name_to_the_pool_under_the_named_gateway() -> None:
     decision = first_pass(routed(httpRoute={"gatewayRef": {"name": "inference-gw", "namespace": "gw",
                                                            "sectionName": "http"}}))
-    assert [a.obj["kind"] for a in decision.apply][-2:] == ["InferencePool", "HTTPRoute"]
+    assert [a.obj["kind"] for a in decision.apply][-3:] == ["InferencePool", "ConfigMap", "HTTPRoute"]
     route = applied(decision, "HTTPRoute")
     assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
                                             "name": "inference-gw", "namespace": "gw", "sectionName": "http"}]
@@ -66,12 +69,30 @@ def test_the_http_route_matches_the_served_name_to_the_pool_under_the_named_gate
     assert rule["backendRefs"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": NAME}]
 
 
+def test_the_body_based_router_learns_the_served_name_and_the_adapters_of_each_pool() -> None:
+    # GIE v1.5.0's BBR sets X-Gateway-Base-Model-Name from these ConfigMaps, "" for a model none
+    # names: without one the HTTPRoute never matches (found against the upstream BBR, e2e).
+    models = applied(first_pass(routed()), "ConfigMap")
+    assert models["metadata"]["labels"]["inference.networking.k8s.io/bbr-managed"] == "true"
+    assert models["metadata"]["labels"]["shardwise.io/inference-deployment"] == NAME  # our child, watched
+    assert models["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert models["data"] == {"baseModel": "llama"}
+    resource = routed()
+    resource["spec"]["adapters"] = [{"name": "sql-lora", "source": {"repo": "acme/sql-lora"}},
+                                    {"name": "chat-lora", "source": {"repo": "acme/chat-lora"}}]
+    with_adapters = routing.build_bbr_models(routing.Owner(name=NAME, namespace=NS, uid=UID),
+                                             reconcile.parse_spec(resource))  # type: ignore[arg-type]
+    assert with_adapters["data"]["baseModel"] == "llama"
+    assert yaml.safe_load(with_adapters["data"]["adapters"]) == ["sql-lora", "chat-lora"]
+
+
 def test_routing_names_are_looked_up_before_they_are_created() -> None:
     decision = decide(snapshot(routed()))  # the shell did not look the pool's name up
-    assert decision.lookups == (POOL,)
+    assert decision.lookups == (POOL, BBR)
     spec = reconcile.parse_spec(routed(httpRoute={"gatewayRef": {"name": "g"}}))
     assert not isinstance(spec, str)
-    assert reconcile.keys_to_check(NAME, None, lws_installed=True, spec=spec) == [SERVICE, DEPLOYMENT, POOL, ROUTE]
+    assert reconcile.keys_to_check(NAME, None, lws_installed=True, spec=spec) == [SERVICE, DEPLOYMENT, POOL, BBR,
+                                                                                      ROUTE]
     assert reconcile.keys_to_check(NAME, None, lws_installed=True, spec=spec, pool_installed=False) == [
         SERVICE, DEPLOYMENT]
 
@@ -115,14 +136,14 @@ def test_without_the_pool_crd_nothing_is_created_and_routed_says_how_to_install_
 def test_without_the_gateway_api_the_pool_is_still_created() -> None:
     resource = routed(httpRoute={"gatewayRef": {"name": "g"}})
     decision = first_pass(resource, route_installed=False)
-    assert [a.obj["kind"] for a in decision.apply] == ["Deployment", "Service", "InferencePool"]
+    assert [a.obj["kind"] for a in decision.apply] == ["Deployment", "Service", "InferencePool", "ConfigMap"]
     assert condition(decision.status or {}, "Routed") == ("False", "HTTPRouteNotInstalled")
 
 
 def test_a_foreign_pool_of_the_same_name_is_a_conflict_and_nothing_is_touched() -> None:
     foreign = {"apiVersion": routing.POOL_API_VERSION, "kind": "InferencePool",
                "metadata": {"name": NAME, "namespace": NS, "uid": "other"}, "spec": {}}
-    decision = decide(snapshot(routed(), children={SERVICE: None, DEPLOYMENT: None, POOL: foreign}))
+    decision = decide(snapshot(routed(), children={SERVICE: None, DEPLOYMENT: None, POOL: foreign, BBR: None}))
     assert not decision.apply and not decision.delete
     status = decision.status or {}
     assert condition(status, "Degraded") == ("True", "ChildConflict")
@@ -164,11 +185,12 @@ def test_routing_turned_off_deletes_our_routing_children_and_the_condition() -> 
     resource = written(resource, first)
     assert condition(resource["status"], "Routed")[0] == "Unknown"
     made = live(first)
-    pool = made.pop(POOL)
+    pool, models = made.pop(POOL), made.pop(BBR)
     children, pods = serving(made, 1)
     del resource["spec"]["routing"]
-    decision = decide(snapshot(resource, children=children, pods=pods, owned_routing={POOL: pool}, now=T1))
-    assert [d["kind"] for d in decision.delete] == ["InferencePool"]
+    decision = decide(snapshot(resource, children=children, pods=pods, owned_routing={POOL: pool, BBR: models},
+                               now=T1))
+    assert [d["kind"] for d in decision.delete] == ["InferencePool", "ConfigMap"]
     assert "Routed" not in {c["type"] for c in (decision.status or {})["conditions"]}
     foreign = {**pool, "metadata": {**pool["metadata"], "ownerReferences": []}}
     decision = decide(snapshot(resource, children=children, pods=pods, owned_routing={POOL: foreign}, now=T1))
