@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: help deps venv control-plane real-engine crds test unit e2e bench bench-scale bench-gateway fuzz demo lint clean
+.PHONY: help deps venv control-plane real-engine gie crds test unit e2e bench bench-scale bench-gateway fuzz demo lint clean
 
 help:
 	@echo "make demo    local control plane + simulated GPU fleet + operator + live traffic"
@@ -44,16 +44,21 @@ control-plane: deps
 real-engine:
 	@bash hack/install-vllm.sh >/dev/null
 
+# The Gateway API Inference Extension's endpoint picker and body-based router (Go modules, cached in
+# ~/.cache/shardwise/gie; cold: ~5 minutes), for tests/e2e/test_gie_gateway.py.
+gie: deps
+	@bash hack/build-gie.sh >/dev/null
+
 crds: venv
 	$(VENV)/bin/shardwise crds
 
 unit: venv
 	$(PY) -m pytest -q tests/unit
 
-e2e: venv control-plane real-engine
+e2e: venv control-plane real-engine gie
 	$(PY) -m pytest -q tests/e2e
 
-test: venv control-plane real-engine
+test: venv control-plane real-engine gie
 	$(PY) -m pytest -q tests/unit tests/e2e
 
 lint: venv

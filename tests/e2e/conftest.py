@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import os
 import pathlib
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from tests.e2e.support import ROOT, Kubectl, OperatorProcess
 
 CLUSTER_TOPOLOGY = ROOT / "tests/fixtures/clusters/default.yaml"
 CRD = ROOT / "crds/inferencedeployments.shardwise.io.yaml"
+POOL_CRD = "inferencepools.inference.networking.k8s.io"
+ROUTE_CRD = "httproutes.gateway.networking.k8s.io"
 
 pytestmark = pytest.mark.e2e
 _EXIT_STATUS = pytest.StashKey[int]()
@@ -49,6 +52,22 @@ def operator(cluster: LocalCluster) -> Iterator[OperatorProcess]:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def routing_crds(cluster: LocalCluster, operator: OperatorProcess) -> Iterator[None]:
+    """Installs the GIE InferencePool and Gateway API CRDs once (hack/fetch-gie-crds.sh); the operator
+    restarts so its informers list the new kinds now (an optional informer finding no CRD looks again
+    only after a minute)."""
+    folder = subprocess.run([str(ROOT / "hack/fetch-gie-crds.sh")], check=True, capture_output=True,
+                            text=True).stdout.strip().splitlines()[-1]
+    installed = cluster.kubectl("get", "crd", POOL_CRD, ROUTE_CRD, check=False).returncode == 0
+    if not installed:
+        for name in ("inferencepools.yaml", "gateway-api-standard.yaml"):
+            cluster.kubectl("apply", "--server-side", "-f", f"{folder}/{name}")
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{POOL_CRD}", f"crd/{ROUTE_CRD}")
+        operator.restart()
+    yield
 
 
 @pytest.fixture

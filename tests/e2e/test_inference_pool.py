@@ -12,36 +12,17 @@ and tests/unit/decide/test_routing.py: a CRD cannot leave the shared session clu
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
 from shardwise.devcluster.cluster import LocalCluster
-from tests.e2e.support import ROOT, Kubectl, OperatorProcess, eventually
+from tests.e2e.support import Kubectl, OperatorProcess, eventually
 
 pytestmark = pytest.mark.e2e
 
-POOL_CRD = "inferencepools.inference.networking.k8s.io"
-ROUTE_CRD = "httproutes.gateway.networking.k8s.io"
 LABEL = "shardwise.io/inference-deployment"
-
-
-@pytest.fixture(scope="module")
-def routing_crds(cluster: LocalCluster, operator: OperatorProcess) -> Iterator[None]:
-    """Installs the CRDs once; the operator restarts so its informers list the new kinds now
-    (an optional informer finding no CRD looks again only after a minute)."""
-    folder = subprocess.run([str(ROOT / "hack/fetch-gie-crds.sh")], check=True, capture_output=True,
-                            text=True).stdout.strip().splitlines()[-1]
-    installed = cluster.kubectl("get", "crd", POOL_CRD, ROUTE_CRD, check=False).returncode == 0
-    if not installed:
-        for name in ("inferencepools.yaml", "gateway-api-standard.yaml"):
-            cluster.kubectl("apply", "--server-side", "-f", f"{folder}/{name}")
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{POOL_CRD}", f"crd/{ROUTE_CRD}")
-        operator.restart()
-    yield
 
 
 def routed_model(name: str, replicas: int = 1, **routing: Any) -> str:
