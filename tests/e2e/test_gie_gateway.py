@@ -91,12 +91,21 @@ class Gateway:
             process.stop()
 
 
+def _answers(ip: str) -> bool:
+    try:
+        return httpx.get(f"http://{ip}:8000/metrics", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def _serving_ips(kubectl: Kubectl, name: str, count: int) -> list[str]:
+    """The deployment's pod IPs once exactly `count` pods are Ready and their engines answer (the
+    simulated fleet starts an engine shortly after KWOK reports its pod)."""
     pods = (kubectl.get("pods", selector=f"{LABEL}={name}") or {}).get("items") or []
     ready = [p["status"]["podIP"] for p in pods if not p["metadata"].get("deletionTimestamp")
              and p["status"].get("podIP")
              and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])]
-    return sorted(ready) if len(ready) == count else []
+    return sorted(ready) if len(ready) == count and all(map(_answers, ready)) else []
 
 
 def _served(ip: str) -> float:
