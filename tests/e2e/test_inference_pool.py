@@ -58,6 +58,12 @@ def test_the_pool_selects_the_serving_pods_and_scaling_leaves_it_alone(
     assert pool["spec"]["endpointPickerRef"] == {"group": "", "kind": "Service", "name": "my-epp",
                                                  "port": {"number": 9002}, "failureMode": "FailClose"}
 
+    models = eventually(lambda: kubectl.get("configmap", f"{name}-bbr-models"), timeout=30,
+                        what="the body-based router's ConfigMap")
+    assert models["metadata"]["labels"]["inference.networking.k8s.io/bbr-managed"] == "true"
+    assert models["data"] == {"baseModel": f"{name}-served"}
+    assert models["metadata"]["ownerReferences"][0]["uid"] == infd["metadata"]["uid"]
+
     route = eventually(lambda: kubectl.get("httproute", name), timeout=30, what="HTTPRoute")
     assert route["metadata"]["ownerReferences"][0]["uid"] == infd["metadata"]["uid"]
     [rule] = route["spec"]["rules"]
@@ -108,8 +114,9 @@ def test_the_pool_selects_the_serving_pods_and_scaling_leaves_it_alone(
 
     # Routing turned off: our pool and route go, and so does the condition.
     kubectl.run("patch", "infd", name, "--type=json", "-p", json.dumps([{"op": "remove", "path": "/spec/routing"}]))
-    eventually(lambda: kubectl.get("inferencepool", name) is None and kubectl.get("httproute", name) is None,
-               timeout=30, what="pool and route deleted")
+    eventually(lambda: kubectl.get("inferencepool", name) is None and kubectl.get("httproute", name) is None
+               and kubectl.get("configmap", f"{name}-bbr-models") is None,
+               timeout=30, what="pool, route and BBR entry deleted")
     eventually(lambda: kubectl.condition(name, "Routed") is None, timeout=30, what="Routed removed")
 
 
