@@ -80,8 +80,12 @@ class Dispatcher:
             self._update_held(model)
 
     # -- the decision -----------------------------------------------------------------------
-    async def choose(self, model: str, size: int, prefix: str | None) -> str | Refusal:
-        """An endpoint (counted as outstanding until `done`) or the refusal to answer with."""
+    async def choose(self, model: str, size: int, prefix: str | None,
+                     subset: frozenset[str] | None = None) -> str | Refusal:
+        """An endpoint (counted as outstanding until `done`) or the refusal to answer with.
+
+        `subset`: the endpoints a GIE gateway allows for this request (its subset hint); the pick
+        is among them, and none of them ready is a 503 (the endpoint-picker protocol's rule)."""
         if self.closing:
             return openai_errors.shutting_down(self.queue_full_retry_after_s)
         if not self.synced.is_set():  # never route from a cache that has not listed yet
@@ -93,8 +97,14 @@ class Dispatcher:
             route = self.table.get(model)
             if route is None:
                 return openai_errors.model_not_found(model)
-            if route.endpoints:
-                endpoint = picker.pick(route.endpoints, outstanding=self.outstanding, stats=self.stats,
+            if route.endpoints and subset is not None:
+                allowed = [e for e in route.endpoints if e in subset]
+                if not allowed:
+                    return openai_errors.none_in_subset(model)
+            else:
+                allowed = list(route.endpoints)
+            if allowed:
+                endpoint = picker.pick(allowed, outstanding=self.outstanding, stats=self.stats,
                                        prefix=prefix, seq=next(self._seq))
                 self.outstanding[endpoint] = self.outstanding.get(endpoint, 0) + 1
                 return endpoint

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+from google.protobuf import struct_pb2
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 ROUTED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 KEY_HEADER = envoy.KEY_HEADER  # the caller's key id (namespace/name of its APIKey), for the observer
 STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+LB_NAMESPACE = "envoy.lb"
+SUBSET_NAMESPACE, SUBSET_KEY = "envoy.lb.subset_hint", "x-gateway-destination-endpoint-subset"
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 
 
@@ -71,7 +74,23 @@ def _routed(endpoint: str, model: str, *, key_id: str | None = None,
                                clear_route_cache=True)
     if body is not None:
         common.body_mutation.body = body
-    return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
+    # The endpoint-picker protocol (GIE docs/proposals/004) names the endpoint twice: the header
+    # above and the same value in the `envoy.lb` dynamic metadata, for gateways that read that.
+    picked = struct_pb2.Struct()
+    picked.update({LB_NAMESPACE: {envoy.DESTINATION_HEADER: endpoint}})
+    return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common), dynamic_metadata=picked)
+
+
+def subset_hint(*messages: pb.ProcessingRequest) -> frozenset[str] | None:
+    """The endpoints a GIE gateway restricts this request to (filter metadata
+    `envoy.lb.subset_hint`, key `x-gateway-destination-endpoint-subset`), or None: no restriction."""
+    for message in messages:
+        hint = message.metadata_context.filter_metadata.get(SUBSET_NAMESPACE)
+        if hint is not None and SUBSET_KEY in hint.fields:
+            value = hint.fields[SUBSET_KEY]
+            items = value.list_value.values if value.HasField("list_value") else [value]
+            return frozenset(i.string_value for i in items if i.string_value)
+    return None
 
 
 def with_stream_usage(path: str, body: dict[str, Any]) -> bytes | None:
@@ -173,7 +192,8 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
                 return
             ticket = admitted
         try:
-            choice = await self.dispatcher.choose(model, len(raw), picker.prefix_of(body))
+            choice = await self.dispatcher.choose(model, len(raw), picker.prefix_of(body),
+                                                  subset_hint(first, message))
             if isinstance(choice, Refusal):
                 known = self.dispatcher.table.get(model) is not None
                 metrics.REQUESTS.labels(model if known else "", str(choice.status)).inc()

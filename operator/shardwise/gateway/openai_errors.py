@@ -84,6 +84,11 @@ def no_replicas(model: str) -> Refusal:
                     "server_error", code="model_not_ready", retry_after_s=30)
 
 
+def none_in_subset(model: str) -> Refusal:
+    return _refusal(503, f"None of the endpoints the gateway allows for `{model}` (its subset hint) is ready.",
+                    "server_error", code="model_not_ready", retry_after_s=5)
+
+
 def adapter_unavailable(model: str, why: str) -> Refusal:
     # No Retry-After: the spec or the adapter's files must change first (status.adapters says which).
     return _refusal(503, f"The adapter `{model}` cannot be served: {why}", "server_error",
