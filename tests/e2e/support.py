@@ -54,6 +54,13 @@ def eventually(probe: Callable[[], T], *, timeout: float = 60.0, interval: float
         time.sleep(interval)
 
 
+def simulated_fleet(cluster: LocalCluster, namespace: str, prefix: str) -> Process:
+    """The simulated engines for the serving pods of one namespace (not started yet)."""
+    return Process(f"{prefix}-fleet-{namespace}", [sys.executable, "-m", "shardwise_runtime.sim.server", "fleet",
+                                                   "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace],
+                   cluster.log_dir / f"{prefix}-fleet-{namespace}.log", env={"PYTHONUNBUFFERED": "1"})
+
+
 class OperatorProcess:
     """`shardwise run` as a separate process, exactly as it runs in a cluster."""
 

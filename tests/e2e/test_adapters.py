@@ -27,8 +27,7 @@ from shardwise_runtime.sim.tinymodel import write_tiny_model
 
 from shardwise.devcluster.cluster import LocalCluster
 from shardwise.devcluster.gateway import FrontDoor
-from shardwise.devcluster.processes import Process
-from tests.e2e.support import ROOT, Kubectl, OperatorProcess, eventually
+from tests.e2e.support import ROOT, Kubectl, OperatorProcess, eventually, simulated_fleet
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -102,9 +101,7 @@ def setup(cluster: LocalCluster, operator: OperatorProcess, tmp_path_factory: py
         {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": storage_class},
          "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
                   "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(volume)}}}]))
-    fleet = Process(f"lora-fleet-{namespace}", [sys.executable, "-m", "shardwise_runtime.sim.server", "fleet",
-                                                "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace],
-                    cluster.log_dir / f"lora-fleet-{namespace}.log", env={"PYTHONUNBUFFERED": "1"})
+    fleet = simulated_fleet(cluster, namespace, "lora")
     door = FrontDoor(cluster.kubeconfig, cluster.log_dir, name=f"lora-gw-{namespace}", namespaces=(namespace,),
                      envoy_concurrency=1)
     runner = LocalPodRunner(str(cluster.kubeconfig), namespace, work / "pods")

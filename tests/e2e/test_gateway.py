@@ -10,7 +10,6 @@ serve them; replica B has a short hold timeout and a hold queue of one.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import uuid
@@ -23,8 +22,7 @@ import pytest
 
 from shardwise.devcluster.cluster import LocalCluster
 from shardwise.devcluster.gateway import FrontDoor
-from shardwise.devcluster.processes import Process
-from tests.e2e.support import Kubectl, eventually
+from tests.e2e.support import Kubectl, eventually, simulated_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -52,9 +50,7 @@ def front(cluster: LocalCluster, operator: Any) -> Iterator[Setup]:
     namespace = f"gw-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", namespace)
     kubectl = Kubectl(cluster, namespace)
-    fleet = Process(f"gw-fleet-{namespace}", [sys.executable, "-m", "shardwise_runtime.sim.server", "fleet",
-                                              "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace],
-                    cluster.log_dir / f"gw-fleet-{namespace}.log", env={"PYTHONUNBUFFERED": "1"})
+    fleet = simulated_fleet(cluster, namespace, "gw")
     fleet.start()
     doors = [FrontDoor(cluster.kubeconfig, cluster.log_dir, name=f"gw-a-{namespace}", namespaces=(namespace,),
                        body_limit_bytes=BODY_LIMIT, envoy_concurrency=1),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sys
 import threading
 import time
 import uuid
@@ -25,9 +24,8 @@ import pytest
 
 from shardwise.devcluster.cluster import LocalCluster
 from shardwise.devcluster.gateway import FrontDoor
-from shardwise.devcluster.processes import Process
 from shardwise.devcluster.redis import RedisServer
-from tests.e2e.support import Kubectl, eventually
+from tests.e2e.support import Kubectl, eventually, simulated_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -66,9 +64,7 @@ def front(cluster: LocalCluster, operator: Any) -> Iterator[Setup]:
     cluster.install_crd(ROOT / "crds/apikeys.shardwise.io.yaml")
     cluster.kubectl("create", "namespace", namespace)
     kubectl = Kubectl(cluster, namespace)
-    fleet = Process(f"gwk-fleet-{namespace}", [sys.executable, "-m", "shardwise_runtime.sim.server", "fleet",
-                                               "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace],
-                    cluster.log_dir / f"gwk-fleet-{namespace}.log", env={"PYTHONUNBUFFERED": "1"})
+    fleet = simulated_fleet(cluster, namespace, "gwk")
     redis = RedisServer(cluster.log_dir, name=f"redis-{namespace}")
     args = ("--auth", "--redis-url", redis.url, "--quota-fallback-share", "2", "--key-status-interval", "1",
             "--lease-namespace", namespace)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +27,7 @@ import yaml
 from shardwise.devcluster.cluster import LocalCluster
 from shardwise.devcluster.processes import Process
 from tests.e2e import gie_gateway
-from tests.e2e.support import ROOT, Kubectl, OperatorProcess, eventually
+from tests.e2e.support import ROOT, Kubectl, OperatorProcess, eventually, simulated_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -120,9 +119,7 @@ def gateway(cluster: LocalCluster, operator: OperatorProcess, routing_crds: None
     namespace = f"gie-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", namespace)
     kubectl = Kubectl(cluster, namespace)
-    sim = Process(f"gie-fleet-{namespace}", [sys.executable, "-m", "shardwise_runtime.sim.server", "fleet",
-                                             "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace],
-                  cluster.log_dir / f"gie-fleet-{namespace}.log", env={"PYTHONUNBUFFERED": "1"})
+    sim = simulated_fleet(cluster, namespace, "gie")
     sim.start()
     gateway: Gateway | None = None
     try:

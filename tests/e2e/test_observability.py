@@ -16,7 +16,6 @@ import json
 import pathlib
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -32,7 +31,7 @@ from shardwise.devcluster.cluster import LocalCluster
 from shardwise.devcluster.gateway import FrontDoor
 from shardwise.devcluster.processes import Process, free_port
 from tests import alerting, promtool
-from tests.e2e.support import Kubectl, eventually
+from tests.e2e.support import Kubectl, eventually, simulated_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -108,9 +107,7 @@ def fleet(cluster: LocalCluster, operator: Any, tmp_path_factory: pytest.TempPat
     cluster.kubectl("create", "namespace", namespace)
     kubectl = Kubectl(cluster, namespace)
     work = tmp_path_factory.mktemp("prometheus")
-    sim = Process(f"obs-fleet-{namespace}", [sys.executable, "-m", "shardwise_runtime.sim.server", "fleet",
-                                             "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace],
-                  cluster.log_dir / f"obs-fleet-{namespace}.log", env={"PYTHONUNBUFFERED": "1"})
+    sim = simulated_fleet(cluster, namespace, "obs")
     door = FrontDoor(cluster.kubeconfig, cluster.log_dir, name=f"obs-gw-{namespace}", namespaces=(namespace,),
                      envoy_concurrency=1)
     stop = threading.Event()

@@ -97,12 +97,9 @@ class Dispatcher:
             route = self.table.get(model)
             if route is None:
                 return openai_errors.model_not_found(model)
-            if route.endpoints and subset is not None:
-                allowed = [e for e in route.endpoints if e in subset]
-                if not allowed:
-                    return openai_errors.none_in_subset(model)
-            else:
-                allowed = list(route.endpoints)
+            allowed = route.endpoints if subset is None else [e for e in route.endpoints if e in subset]
+            if route.endpoints and not allowed:
+                return openai_errors.none_in_subset(model)
             if allowed:
                 endpoint = picker.pick(allowed, outstanding=self.outstanding, stats=self.stats,
                                        prefix=prefix, seq=next(self._seq))

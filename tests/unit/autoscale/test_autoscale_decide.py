@@ -30,6 +30,12 @@ def obs(current: int = 2, **fields: object) -> Observation:
     return Observation(current_replicas=current, **values)  # type: ignore[arg-type]
 
 
+def forecasting(history: History, level: float, deviation: float, trend: float = 0.0) -> History:
+    """`history` with the learned demand bins and a forecast made one period ago."""
+    return dataclasses.replace(history, learned=Learned(bins=LEARNED_BINS, forecast=forecast.Forecast(
+        level=level, trend=trend, deviation=deviation, at=NOW - 30.0)))
+
+
 def watched(recommendation: int, seconds: float = 600.0, **fields: object) -> History:
     """Evaluations every 30 s up to just before NOW, all recommending `recommendation`."""
     times = [NOW - seconds + 30.0 * i for i in range(int(seconds // 30))]
@@ -136,30 +142,22 @@ CASES = [
              forecast=forecast.start(8.0, NOW - 30.0)))),
     Case("the forecast scales up one start time ahead",
          obs(2, ttft_p95_ms=300.0, itl_p95_ms=30.0, requests_per_second=15.0), 3,
-         "Forecast", history=dataclasses.replace(watched(2), learned=Learned(
-             bins=LEARNED_BINS,
-             forecast=forecast.Forecast(level=14.0, trend=0.02, deviation=0.5, at=NOW - 30.0)))),
+         "Forecast", history=forecasting(watched(2), level=14.0, deviation=0.5, trend=0.02)),
     # A period's rate strays from the load by noise; whether the replicas carry the load is judged
     # on the forecast, less the forecast's own noise, so a noisy period is not read as demand.
     Case("a one-period breach on a noisy period the forecast says is carried is noise",
          obs(2, ttft_p95_ms=700.0, itl_p95_ms=30.0, requests_per_second=17.5), 2,
          "noise, not demand; a second period scales",
-         history=dataclasses.replace(watched(2), learned=Learned(
-             bins=LEARNED_BINS,
-             forecast=forecast.Forecast(level=16.0, deviation=1.0, at=NOW - 30.0)))),
+         history=forecasting(watched(2), level=16.0, deviation=1.0)),
     Case("a one-period breach when the forecast itself exceeds what the replicas carry scales",
          obs(2, ttft_p95_ms=700.0, itl_p95_ms=30.0, requests_per_second=17.5), 3,
          "TTFT p95 700 ms > SLO 500 ms for 1 period",
-         history=dataclasses.replace(watched(2), learned=Learned(
-             bins=LEARNED_BINS,
-             forecast=forecast.Forecast(level=19.0, deviation=1.0, at=NOW - 30.0)))),
+         history=forecasting(watched(2), level=19.0, deviation=1.0)),
     Case("a second period of breach scales even when the forecast says it is carried",
          obs(2, ttft_p95_ms=700.0, itl_p95_ms=30.0, requests_per_second=17.5), 3,
          "TTFT p95 700 ms > SLO 500 ms for 2 periods",
-         history=dataclasses.replace(History(watched(2).records[:-1] + (Record(NOW - 30.0, 2, 2, "ttft"),)),
-                                     learned=Learned(
-             bins=LEARNED_BINS,
-             forecast=forecast.Forecast(level=16.0, deviation=1.0, at=NOW - 30.0)))),
+         history=forecasting(History(watched(2).records[:-1] + (Record(NOW - 30.0, 2, 2, "ttft"),)),
+                             level=16.0, deviation=1.0)),
     Case("traffic at zero cold-starts", obs(0, requests_per_second=0.5), 1,
          "traffic while scaled to zero (0.5 req/s, 0 waiting): cold start",
          policy=policy(min_replicas=0, allow_scale_to_zero=True)),
