@@ -12,13 +12,14 @@ and tests/unit/decide/test_routing.py: a CRD cannot leave the shared session clu
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 import yaml
 
 from shardwise.devcluster.cluster import LocalCluster
-from tests.e2e.support import Kubectl, OperatorProcess, eventually
+from tests.e2e.support import OPERATOR_USER, Kubectl, OperatorProcess, eventually, writes_by
 
 pytestmark = pytest.mark.e2e
 
@@ -136,3 +137,31 @@ def test_a_foreign_pool_of_the_same_name_is_a_conflict_left_untouched(
     assert pool["spec"]["selector"] == {"matchLabels": {"app": "by-hand"}}
     assert not pool["metadata"].get("ownerReferences")
     assert kubectl.get("deployment", name) is None  # touch nothing, as with any other conflict
+
+
+ROUTING_RESOURCES = {"inferencepools", "httproutes", "configmaps"}
+
+
+def _routing_writes(kubectl: Kubectl) -> list[dict[str, Any]]:
+    return [e for e in writes_by(kubectl.cluster, OPERATOR_USER, kubectl.namespace)
+            if e["objectRef"].get("resource") in ROUTING_RESOURCES]
+
+
+def test_a_restart_rewrites_none_of_the_routing_children(
+        routing_crds: None, operator: OperatorProcess, kubectl: Kubectl) -> None:
+    name = "kept"
+    kubectl.apply_yaml(routed_model(name, httpRoute={"gatewayRef": {"name": "inference-gateway"}}))
+    eventually(lambda: kubectl.get("httproute", name) and kubectl.get("configmap", f"{name}-bbr-models"),
+               timeout=90, what="pool, BBR entry and route")
+    before = {k: kubectl.get(k, n)["metadata"]["resourceVersion"]
+              for k, n in (("inferencepool", name), ("httproute", name), ("configmap", f"{name}-bbr-models"))}
+    written = len(_routing_writes(kubectl))
+    assert written >= 3, "the audit log saw no routing writes: the check would be vacuous"
+    operator.restart()
+    eventually(lambda: operator.probe("/readyz")[0] == 200, timeout=60, what="operator ready after restart")
+    time.sleep(4 * 3.0)  # a quiet period: four resync periods of the test operator (resync_seconds=3)
+    new = _routing_writes(kubectl)[written:]
+    assert new == [], [f"{e['verb']} {e['objectRef'].get('resource')}/{e['objectRef'].get('name')}" for e in new]
+    after = {k: kubectl.get(k, n)["metadata"]["resourceVersion"]
+             for k, n in (("inferencepool", name), ("httproute", name), ("configmap", f"{name}-bbr-models"))}
+    assert after == before
