@@ -142,7 +142,8 @@ def measure(contender: contenders.Contender, engines: Engines, args: argparse.Na
         before = figures.tree_cpu_ticks(pids, read_stats())
         result = run_load(contender, args.requests, args,
                           workdir / f"{contender.name}.json")
-        after = figures.tree_cpu_ticks(pids, read_stats())
+        stats = read_stats()
+        after = figures.tree_cpu_ticks(pids, stats)
         if not contender.alive():
             raise contenders.Unavailable(f"{contender.name} died during the run")
         own = contender.after_run(
@@ -157,6 +158,10 @@ def measure(contender: contenders.Contender, engines: Engines, args: argparse.Na
     row = figures.figures_of(contender.name, ttft_s=result["ttft_s"], gaps_s=result["gaps_s"],
                              errors=result["errors"], wall_s=result["wall_s"], cpu_s=cpu,
                              baseline=baseline)
+    if cpu is not None:
+        split = figures.cpu_seconds_by_command(before, after, stats, CLOCK_TICKS)
+        print("  CPU-s by process: " + ", ".join(
+            f"{name} {seconds:.2f}" for name, seconds in sorted(split.items(), key=lambda kv: -kv[1])))
     if result["error_examples"]:
         print(f"  {contender.name} errors, e.g.: {result['error_examples'][:3]}")
     return row, own

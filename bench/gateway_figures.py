@@ -97,6 +97,21 @@ def tree_cpu_ticks(roots: Iterable[int], stats: Mapping[int, str]) -> dict[int, 
     return {pid: cpu_ticks(stats[pid]) for pid in process_tree(roots, stats)}
 
 
+def command_name(stat: str) -> str:
+    """The process's command name (the stat line's second field, in parentheses)."""
+    return stat[stat.index("(") + 1:stat.rindex(")")]
+
+
+def cpu_seconds_by_command(before: Mapping[int, int], after: Mapping[int, int],
+                           stats: Mapping[int, str], ticks_per_second: int) -> dict[str, float]:
+    """The CPU of `cpu_seconds_between`, split by command name: which process spent it."""
+    spent: dict[str, float] = {}
+    for pid, ticks in after.items():
+        name = command_name(stats[pid]) if pid in stats else "?"
+        spent[name] = spent.get(name, 0.0) + (ticks - before.get(pid, 0)) / ticks_per_second
+    return spent
+
+
 def cpu_seconds_between(
     before: Mapping[int, int], after: Mapping[int, int], ticks_per_second: int
 ) -> float:

@@ -98,6 +98,7 @@ def _metric(door: FrontDoor, series: str) -> float:
 def test_one_base_url_reaches_every_model_streaming_and_not_on_both_replicas(front: Setup) -> None:
     tokens = {m: f'shardwise_gateway_tokens_total{{direction="completion",model="{m}"}}' for m in MODELS}
     before = {m: _metric(front.a, tokens[m]) for m in MODELS}
+    fast_before = [door.envoy_counter("cluster.fast.upstream_rq_total") for door in (front.a, front.b)]
     for door in (front.a, front.b):
         client = _client(door)
         for model in MODELS:
@@ -117,6 +118,10 @@ def test_one_base_url_reaches_every_model_streaming_and_not_on_both_replicas(fro
                    what=f"12 completion tokens of {model} counted")
         assert _metric(front.a, f'shardwise_gateway_requests_total{{code="200",model="{model}"}}') >= 3
         assert _metric(front.a, f'shardwise_gateway_time_to_first_byte_seconds_count{{model="{model}"}}') >= 3
+    # Envoy routed all of them itself: the fast path, with the models served now
+    for door, before_fast in zip((front.a, front.b), fast_before):
+        assert door.envoy_counter("cluster.fast.upstream_rq_total") - before_fast == 3 * len(MODELS)
+        assert _metric(door, "shardwise_gateway_fast_path_models") >= len(MODELS)
 
 
 def test_models_lists_every_served_model(front: Setup) -> None:

@@ -14,7 +14,9 @@
    below affinity and no more. Under cache pressure, affinity makes the fleet's cache the sum of
    its engines' (each holds its own 4 conversations), while round robin makes each hold all 8.
    The 8 conversations are picked so that the gateway's ring splits them 4/4 (a hash of 8 keys
-   is often 6/2; thousands of conversations split evenly), using the picker's own pure function.
+   is often 6/2; thousands of conversations split evenly): Envoy's own ring (the fast path) is
+   asked, one probe request per candidate before the round-robin run, whose traffic then evicts
+   what the probes cached. The round-robin trace is balanced with the picker's pure function.
 
 2. A client that leaves: a long stream through the gateway, a few chunks read, the client closes;
    the engine's `vllm:num_requests_running` must return to 0 well before the same stream read to
@@ -171,6 +173,22 @@ def _trace(label: str, endpoints: list[str]) -> list[dict[str, Any]]:
     raise AssertionError("no balanced trace found")
 
 
+def _trace_through(door: FrontDoor, ips: list[str], client: httpx.Client, label: str) -> list[dict[str, Any]]:
+    """CONVERSATIONS conversations the gateway sends evenly to the engines, found by asking it:
+    one probe request per candidate (its first turn, one token), counted on the engine that answered."""
+    per_owner: dict[str, list[dict[str, Any]]] = {ip: [] for ip in ips}
+    for i in range(200):
+        conv = _conversation(f"{label}-{i}")
+        before = {ip: _requests_done(ip) for ip in ips}
+        _post(client, f"{door.base_url}/chat/completions", _messages(conv, 0))
+        (owner,) = [ip for ip in ips if _requests_done(ip) > before[ip]]
+        if len(per_owner[owner]) < CONVERSATIONS // len(ips):
+            per_owner[owner].append(conv)
+        if sum(map(len, per_owner.values())) == CONVERSATIONS:
+            return [c for convs in zip(*per_owner.values()) for c in convs]
+    raise AssertionError(f"no balanced trace found in 200 probes: {per_owner}")
+
+
 def _play(trace: list[dict[str, Any]], send: Callable[[int, list[dict[str, str]]], dict[str, Any]]) -> int:
     """Turn by turn, every conversation once per round in a shuffled (seeded) order, one request at a
     time; returns the prompt tokens the engines reported."""
@@ -211,16 +229,19 @@ def test_prefix_affinity_hits_at_least_twice_round_robin(pair: Pair) -> None:
         assert 'enable_prefix_caching="True"' in info and f'num_gpu_blocks="{KV_BLOCKS}"' in info, info
 
     with httpx.Client(timeout=60) as client:
+        affinity_trace = _trace_through(pair.door, pair.ips, client, f"af-{uuid.uuid4().hex[:6]}")
         rr_trace = _trace(f"rr-{uuid.uuid4().hex[:6]}", pair.endpoints)
         rr, rr_detail = _hit_rate(pair, rr_trace, lambda n, m: _post(
             client, f"http://{pair.ips[n % 2]}:8000/v1/chat/completions", m))
-        affinity_trace = _trace(f"af-{uuid.uuid4().hex[:6]}", pair.endpoints)
+        fast_before = pair.door.envoy_counter("cluster.fast.upstream_rq_total")
         affinity, affinity_detail = _hit_rate(pair, affinity_trace, lambda n, m: _post(
             client, f"{pair.door.base_url}/chat/completions", m))
     print(f"\nprefix-cache hit rate, {CONVERSATIONS} conversations x {TURNS} turns, 2 engines x {KV_BLOCKS} blocks: "
           f"gateway (affinity) {affinity:.3f} {affinity_detail}, round robin {rr:.3f} {rr_detail}, "
           f"ratio {affinity / max(rr, 1e-9):.2f}x")
     assert affinity >= 2 * rr, (affinity, rr)
+    # Envoy routed them itself (the fast path), no request through the ext_proc picker
+    assert pair.door.envoy_counter("cluster.fast.upstream_rq_total") - fast_before == CONVERSATIONS * TURNS
 
 
 def test_a_client_that_leaves_aborts_the_request_in_vllm(pair: Pair) -> None:

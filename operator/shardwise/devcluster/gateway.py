@@ -86,6 +86,15 @@ class FrontDoor:
                    what=f"{self.name} gateway synced", process=self.gateway)
         return self
 
+    def envoy_counter(self, name: str) -> int:
+        """One of Envoy's own counters (admin /stats), 0 before it exists."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/stats?filter=^{name}$", timeout=10) as reply:
+            for line in reply.read().decode().splitlines():
+                key, _, value = line.partition(": ")
+                if key == name:
+                    return int(value)
+        return 0
+
     def restart_service(self, timeout: float = 60.0) -> None:
         self.gateway.stop()
         self.gateway.start()

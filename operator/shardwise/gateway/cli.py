@@ -30,6 +30,9 @@ def register(subparsers: Any) -> None:
                        help="held body bytes per model before a 429")
     serve.add_argument("--wake-interval", type=float, default=5.0, help="seconds between wake signals per model")
     serve.add_argument("--scrape-interval", type=float, default=2.0, help="seconds between engine /metrics scrapes")
+    serve.add_argument("--no-fast-path", action="store_true",
+                       help="send every request through the ext_proc picker (engine queue and KV-cache use in "
+                            "every pick), not only those Envoy cannot route itself (docs/gateway.md)")
     serve.add_argument("--auth", action="store_true",
                        help="require API keys (APIKey objects and their Secrets in the watched namespaces)")
     serve.add_argument("--auth-anonymous", action="store_true",
@@ -71,6 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
         limits=holding.Limits(max_count=args.hold_max_requests, max_bytes=args.hold_max_bytes,
                               timeout_s=args.hold_timeout),
         wake_interval_s=args.wake_interval, scrape_interval_s=args.scrape_interval,
+        fast_path=not args.no_fast_path,
         auth=gatekeeper.AuthSettings(anonymous=args.auth_anonymous, redis_url=args.redis_url,
                                      redis_prefix=args.redis_prefix, fallback_share=args.quota_fallback_share,
                                      status_interval_s=args.key_status_interval,

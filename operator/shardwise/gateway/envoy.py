@@ -24,12 +24,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shardwise.gateway import observe_lua, openai_errors
+from shardwise.gateway import match_lua, observe_lua, openai_errors, picker
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 MODEL_HEADER = "x-shardwise-model"  # set by the route filter for the observer (and access logs)
 KEY_HEADER = "x-shardwise-key"  # the caller's key id, set by the route filter when keys are on
 ACCESS_LOG_NAME = "shardwise.observe"
+MODEL_MATCH_HEADER, AFFINITY_HEADER = match_lua.MATCH_HEADER, match_lua.AFFINITY_HEADER
+ROUTE_FILTER = "shardwise.route"  # the ext_proc filter's name: fast routes disable it by this name
+FAST_CLUSTER = "fast"  # the engines Envoy balances itself, by subset of model (fastpath.py, over ADS)
+SLOW_CLUSTER = "engines"  # ORIGINAL_DST on the picker's destination header
+NODE_ID = "shardwise-gateway"
+PREVIOUS_HOSTS = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
+_JSON_TO_METADATA = "type.googleapis.com/envoy.extensions.filters.http.json_to_metadata.v3.JsonToMetadata"
 _LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
 _HTTP_GRPC_LOG = "type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig"
 _EXT_PROC = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor"
@@ -42,7 +49,7 @@ _UNLIMITED = {"thresholds": [{"max_connections": 1_000_000, "max_pending_request
 
 # Only a connection that never opened is retried (nothing reached the engine, so a POST is safe):
 # a pod picked in the instant it went away, or one Ready a moment before its server listens.
-_CONNECT_RETRIES = {"retry_on": "connect-failure,refused-stream", "num_retries": 5,
+CONNECT_RETRIES = {"retry_on": "connect-failure,refused-stream", "num_retries": 5,
                     "retry_back_off": {"base_interval": "0.1s", "max_interval": "1s"}}
 
 
@@ -82,6 +89,38 @@ def _route_filter(settings: EnvoySettings) -> dict[str, Any]:
     }
 
 
+def _body_model_filter() -> dict[str, Any]:
+    """The body's top-level `model`, into the dynamic metadata the match filter reads (C++, no copy
+    to anywhere): the fast path's one look at the body. Anything it cannot read sets nothing."""
+    return {
+        "@type": _JSON_TO_METADATA,
+        "request_rules": {
+            "rules": [{"selectors": [{"key": "model"}],
+                       "on_present": {"metadata_namespace": match_lua.NAMESPACE, "key": "model", "type": "STRING"}}],
+            "allow_content_types": ["application/json", "application/json; charset=utf-8",
+                                    "application/json;charset=utf-8"],
+        },
+    }
+
+
+def _match_filter() -> dict[str, Any]:
+    return {"@type": _LUA, "stat_prefix": "match",
+            "default_source_code": {"inline_string": match_lua.source((MODEL_HEADER, KEY_HEADER))}}
+
+
+def slow_route() -> dict[str, Any]:
+    """The last route: through the ext_proc filter to the endpoint its picker names."""
+    return {"name": "picker", "match": {"prefix": "/"},
+            # No route timeout: a long generation streams for minutes.
+            "route": {"cluster": SLOW_CLUSTER, "timeout": "0s", "retry_policy": CONNECT_RETRIES}}
+
+
+def _ads() -> dict[str, Any]:
+    # Never a route table shorter than the service's: until the service answers, the listener
+    # stays warming (Envoy not ready) rather than serving with no routes after a fetch timeout.
+    return {"ads": {}, "resource_api_version": "V3", "initial_fetch_timeout": "0s"}
+
+
 def _observe_filter() -> dict[str, Any]:
     return {"@type": _LUA, "stat_prefix": "observe",
             "default_source_code": {"inline_string": observe_lua.SOURCE}}
@@ -119,7 +158,9 @@ def _too_large_mapper(settings: EnvoySettings) -> dict[str, Any]:
 
 
 def bootstrap(settings: EnvoySettings) -> dict[str, Any]:
-    filters = [{"name": "shardwise.route", "typed_config": _route_filter(settings)}]
+    filters = [{"name": "shardwise.body", "typed_config": _body_model_filter()},
+               {"name": "shardwise.match", "typed_config": _match_filter()},
+               {"name": ROUTE_FILTER, "typed_config": _route_filter(settings)}]
     if settings.observe:
         filters.append({"name": "shardwise.observe", "typed_config": _observe_filter()})
     filters.append({"name": "envoy.filters.http.router",
@@ -132,20 +173,29 @@ def bootstrap(settings: EnvoySettings) -> dict[str, Any]:
         "stream_idle_timeout": _seconds(settings.hold_timeout_s + 60),
         "request_timeout": "0s",
         "local_reply_config": {"mappers": [_too_large_mapper(settings)]},
-        "route_config": {"name": "openai", "virtual_hosts": [{
-            "name": "openai", "domains": ["*"],
-            "routes": [{"match": {"prefix": "/"},
-                        # No route timeout: a long generation streams for minutes.
-                        "route": {"cluster": "engines", "timeout": "0s", "retry_policy": _CONNECT_RETRIES}}],
-        }]},
+        # The routes come from the service (fastpath.py over ADS): a fast route per served model
+        # with ready endpoints, then the ext_proc route for everything else.
+        "rds": {"route_config_name": "openai", "config_source": _ads()},
         "http_filters": filters,
     }
     if settings.observe:
         hcm["access_log"] = [_observe_log(settings)]
     engines = {
-        "name": "engines", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
+        "name": SLOW_CLUSTER, "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
         "connect_timeout": _seconds(settings.engine_connect_timeout_s),
         "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER},
+        "circuit_breakers": _UNLIMITED,
+    }
+    fast = {
+        "name": FAST_CLUSTER, "type": "EDS", "eds_cluster_config": {"eds_config": _ads()},
+        "connect_timeout": _seconds(settings.engine_connect_timeout_s),
+        # Consistent hashing with bounded loads on the affinity header, within the request's model.
+        "lb_policy": "RING_HASH",
+        "common_lb_config": {"consistent_hashing_lb_config": {
+            "hash_balance_factor": round(picker.LOAD_FACTOR * 100)}},
+        "ring_hash_lb_config": {"minimum_ring_size": 256, "maximum_ring_size": 4096},
+        "lb_subset_config": {"fallback_policy": "NO_FALLBACK", "list_as_any": True,
+                             "subset_selectors": [{"keys": ["model"]}]},
         "circuit_breakers": _UNLIMITED,
     }
     extproc = {
@@ -158,6 +208,10 @@ def bootstrap(settings: EnvoySettings) -> dict[str, Any]:
                                            "port_value": settings.extproc_port}}}}]}]},
     }
     return {
+        "node": {"id": NODE_ID, "cluster": NODE_ID},
+        "dynamic_resources": {"ads_config": {
+            "api_type": "GRPC", "transport_api_version": "V3", "set_node_on_first_message_only": True,
+            "grpc_services": [{"envoy_grpc": {"cluster_name": "shardwise_gateway"}}]}},
         "admin": {"address": {"socket_address": {"address": settings.admin_host,
                                                  "port_value": settings.admin_port}}},
         "static_resources": {
@@ -168,6 +222,6 @@ def bootstrap(settings: EnvoySettings) -> dict[str, Any]:
                 "per_connection_buffer_limit_bytes": settings.body_limit_bytes,
                 "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
                                                 "typed_config": hcm}]}]}],
-            "clusters": [engines, extproc],
+            "clusters": [engines, fast, extproc],
         },
     }

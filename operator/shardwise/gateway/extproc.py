@@ -62,7 +62,9 @@ def immediate(refusal: Refusal, details: str) -> pb.ProcessingResponse:
 def _routed(endpoint: str, model: str, *, key_id: str | None = None,
             body: bytes | None = None) -> pb.ProcessingResponse:
     values = [(envoy.DESTINATION_HEADER, endpoint), (envoy.MODEL_HEADER, model)]
-    remove: list[str] = []
+    # Without the match header no fast route applies when the route is chosen again: the request
+    # goes where the picker said, even if its model got a fast route while it was held.
+    remove: list[str] = [envoy.MODEL_MATCH_HEADER]
     if key_id is not None:  # keys on: the observer charges this id; the key itself never reaches an engine
         values.append((KEY_HEADER, key_id))
         remove.append("authorization")

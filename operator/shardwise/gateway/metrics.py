@@ -32,6 +32,10 @@ BROKEN = prom.Counter("shardwise_gateway_broken_responses", "Responses that ende
                       "(engine died or client left).", ["model"], registry=REGISTRY)
 SYNCED = prom.Gauge("shardwise_gateway_caches_synced", "1 once the informers have synced.", registry=REGISTRY)
 ENDPOINTS = prom.Gauge("shardwise_gateway_endpoints", "Ready endpoints per model.", ["model"], registry=REGISTRY)
+FAST_MODELS = prom.Gauge("shardwise_gateway_fast_path_models", "Models Envoy routes by itself (fast path routes "
+                         "sent over ADS); the others go through the ext_proc picker.", registry=REGISTRY)
+XDS_REJECTED = prom.Counter("shardwise_gateway_xds_rejected", "Routes or endpoints Envoy refused (NACKs; it keeps "
+                            "the last version it accepted).", registry=REGISTRY)
 
 # Per API key (key = namespace/name of its APIKey, never the key itself; "anonymous" when allowed).
 KEY_REQUESTS = prom.Counter("shardwise_gateway_key_requests", "Requests by API key, model and HTTP status code "

@@ -24,10 +24,11 @@ import grpc
 import prometheus_client
 from aiohttp import web
 from envoy.service.accesslog.v3 import als_pb2_grpc
+from envoy.service.discovery.v3 import ads_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from shardwise.api import v1alpha1 as api
-from shardwise.gateway import console, consoleweb, extproc, holding, metrics, picker, routes
+from shardwise.gateway import console, consoleweb, extproc, fastpath, holding, metrics, picker, routes, xds
 from shardwise.gateway.dispatcher import Dispatcher
 from shardwise.gateway.gatekeeper import AuthSettings, Gatekeeper
 from shardwise.gateway.observer import AccessLog, Observer
@@ -54,6 +55,7 @@ class Settings:
     scrape_interval_s: float = 2.0
     tick_s: float = 0.5
     auth: AuthSettings | None = None  # None: no API keys (every caller is served)
+    fast_path: bool = True  # Envoy routes the requests it can by itself (fastpath.py); never with keys
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +117,8 @@ class Gateway:
                         for i in self.infds + self.pods]
         self.gatekeeper: Gatekeeper | None = None
         self.keyring: Any = None
+        # Until the informers sync, Envoy's routes are the ext_proc route alone (which waits for them).
+        self.discovery = xds.Discovery(fastpath.snapshot(routes.Table(routes={}), enabled=False))
         if settings.auth is not None:  # API keys: their informers, the quota store, the status writer
             from shardwise.gateway.keyring import Keyring
 
@@ -145,6 +149,10 @@ class Gateway:
             for conflict in table.conflicts:
                 log.warning("not routed: %s", conflict)
         self.dispatcher.set_table(table)
+        self.discovery.update(self._snapshot(table))
+
+    def _snapshot(self, table: routes.Table) -> fastpath.Snapshot:
+        return fastpath.snapshot(table, enabled=self.settings.fast_path and self.gatekeeper is None)
 
     def _synced(self) -> None:
         assert self.dispatcher is not None
@@ -237,6 +245,8 @@ class Gateway:
         pb_grpc.add_ExternalProcessorServicer_to_server(extproc.ExtProc(self.dispatcher, self.gatekeeper), server)
         # The observe filter's access log (the same port, the same Envoy cluster): one entry per request.
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(AccessLog(Observer(self.gatekeeper)), server)
+        # And Envoy's routes and fast-path endpoints, over ADS.
+        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.discovery, server)
         server.add_insecure_port(f"{self.settings.grpc_host}:{self.settings.grpc_port}")
         runner = web.AppRunner(self._http_app(), access_log=None)
         await runner.setup()

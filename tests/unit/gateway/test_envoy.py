@@ -18,8 +18,13 @@ def _hcm(config: dict) -> dict:
     return config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
 
 
+def _filter(hcm: dict, name: str) -> dict:
+    (found,) = [f["typed_config"] for f in hcm["http_filters"] if f["name"] == name]
+    return found
+
+
 def test_routing_filter_buffers_the_request_and_skips_the_response() -> None:
-    route = _hcm(envoy.bootstrap(SETTINGS))["http_filters"][0]["typed_config"]
+    route = _filter(_hcm(envoy.bootstrap(SETTINGS)), envoy.ROUTE_FILTER)
     assert route["processing_mode"]["request_body_mode"] == "BUFFERED"
     assert route["processing_mode"]["response_header_mode"] == "SKIP"
     assert route["processing_mode"]["response_body_mode"] == "NONE"
@@ -31,16 +36,16 @@ def test_routing_filter_buffers_the_request_and_skips_the_response() -> None:
 
 def test_observer_measures_inside_envoy_and_logs_once_per_request() -> None:
     hcm = _hcm(envoy.bootstrap(SETTINGS))
-    assert [f["name"] for f in hcm["http_filters"]] == ["shardwise.route", "shardwise.observe",
-                                                         "envoy.filters.http.router"]
-    lua = hcm["http_filters"][1]["typed_config"]
+    assert [f["name"] for f in hcm["http_filters"]] == ["shardwise.body", "shardwise.match", "shardwise.route",
+                                                         "shardwise.observe", "envoy.filters.http.router"]
+    lua = _filter(hcm, "shardwise.observe")
     assert lua["@type"].endswith("filters.http.lua.v3.Lua")
     assert lua["default_source_code"]["inline_string"] == observe_lua.SOURCE
     assert "envoy_on_request" not in observe_lua.SOURCE  # requests never wait on it
     assert "bodyChunks" in observe_lua.SOURCE and ":body(" not in observe_lua.SOURCE  # streams, never buffers
     (log,) = hcm["access_log"]
     assert log["name"] == "envoy.access_loggers.http_grpc"
-    # only what the route filter routed (it stamped the model), with the headers the observer reads
+    # only what was routed (the route filter or a fast route stamped the model), with the headers the observer reads
     assert log["filter"] == {"header_filter": {"header": {"name": envoy.MODEL_HEADER, "present_match": True}}}
     config = log["typed_config"]
     assert config["additional_request_headers_to_log"] == [envoy.MODEL_HEADER, envoy.KEY_HEADER]
@@ -49,19 +54,20 @@ def test_observer_measures_inside_envoy_and_logs_once_per_request() -> None:
     assert common["transport_api_version"] == "V3"
     assert float(common["buffer_flush_interval"].rstrip("s")) <= 0.5  # quotas are charged soon after a response
     # no ext_proc stream sees the response: the route filter skips it
-    route = hcm["http_filters"][0]["typed_config"]
+    route = _filter(hcm, envoy.ROUTE_FILTER)
     assert route["processing_mode"]["response_body_mode"] == "NONE"
 
 
 def test_no_observe_has_neither_filter_nor_log() -> None:
     hcm = _hcm(envoy.bootstrap(envoy.EnvoySettings(1, 2, 3, observe=False)))
-    assert [f["name"] for f in hcm["http_filters"]] == ["shardwise.route", "envoy.filters.http.router"]
+    assert [f["name"] for f in hcm["http_filters"]] == ["shardwise.body", "shardwise.match", "shardwise.route",
+                                                         "envoy.filters.http.router"]
     assert "access_log" not in hcm
 
 
 def test_engines_are_reached_through_the_destination_header() -> None:
     engines = envoy.bootstrap(SETTINGS)["static_resources"]["clusters"][0]
-    assert engines["type"] == "ORIGINAL_DST"
+    assert engines["name"] == envoy.SLOW_CLUSTER and engines["type"] == "ORIGINAL_DST"
     assert engines["original_dst_lb_config"] == {"use_http_header": True,
                                                  "http_header_name": "x-gateway-destination-endpoint"}
 

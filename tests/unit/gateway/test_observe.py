@@ -26,13 +26,14 @@ import httpx
 import pytest
 from envoy.data.accesslog.v3 import accesslog_pb2
 from envoy.service.accesslog.v3 import als_pb2_grpc
+from envoy.service.discovery.v3 import ads_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from google.protobuf import struct_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardwise.gateway import envoy, extproc, observe_lua, observer, usage
+from shardwise.gateway import envoy, extproc, fastpath, observe_lua, observer, routes, usage, xds
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32-cpu"
 SSE = "text/event-stream"
@@ -190,6 +191,9 @@ def door(tmp_path_factory: pytest.TempPathFactory):
         server = grpc.aio.server()
         pb_grpc.add_ExternalProcessorServicer_to_server(Route(f"127.0.0.1:{port}"), server)
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(observer.AccessLog(recorder), server)
+        # Envoy's routes: the ext_proc route alone (no model is on the fast path here)
+        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
+            xds.Discovery(fastpath.snapshot(routes.Table(routes={}))), server)
         server.add_insecure_port(f"127.0.0.1:{grpc_port}")
         await server.start()
         started.set()

