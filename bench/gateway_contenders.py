@@ -394,6 +394,17 @@ class Shardwise(Contender):
             self.cluster = None
 
 
+class ShardwisePicker(Shardwise):
+    """The same gateway with `--no-fast-path`: every request through the ext_proc picker (the
+    design before the fast path; what a request that is held, or keyed, still pays)."""
+
+    name, role = "shardwise-picker", "variant"
+
+    def __init__(self, envoy_concurrency: int) -> None:
+        super().__init__(envoy_concurrency)
+        self.extra_args = ("--no-fast-path",)
+
+
 class ShardwiseKeys(Shardwise):
     """shardwise's gateway with keys and quotas on: `--auth`, Redis as the shared quota store.
 
@@ -515,6 +526,7 @@ def all_contenders(*, envoy_concurrency: int, litellm: bool, litellm_install_tim
     if litellm:
         contenders.append(LiteLLM(litellm_install_timeout_s, litellm_start_timeout_s))
     contenders.append(Shardwise(envoy_concurrency))
+    contenders.append(ShardwisePicker(envoy_concurrency))
     contenders.append(ShardwiseKeys(envoy_concurrency))
     return contenders
 

@@ -54,9 +54,13 @@ class Snapshot:
 
     @property
     def version(self) -> str:
-        """A digest of the content: the same table gives the same version, across restarts too."""
-        text = json.dumps([self.route_config, self.endpoints], sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return version_of([self.route_config, self.endpoints])
+
+
+def version_of(resource: Any) -> str:
+    """A digest of the content: the same table gives the same version, across restarts too."""
+    text = json.dumps(resource, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def fast_models(table: routes.Table) -> list[routes.Route]:
@@ -96,17 +100,33 @@ def route_config(table: routes.Table, *, enabled: bool = True) -> dict[str, Any]
 def endpoints(table: routes.Table, *, enabled: bool = True) -> dict[str, Any]:
     """The fast cluster's endpoints, each with the models it serves (an engine serves its base
     model and the adapters it has loaded) as a list the subset load balancer matches any of."""
-    serves: dict[str, list[str]] = {}
+    serves: dict[tuple[str, int], list[str]] = {}
     for route in fast_models(table) if enabled else []:
         for endpoint in route.endpoints:
-            serves.setdefault(endpoint, []).append(route.model)
-    lb_endpoints = []
-    for endpoint in sorted(serves):
-        host, _, port = endpoint.rpartition(":")
-        lb_endpoints.append({
-            "endpoint": {"address": {"socket_address": {"address": host, "port_value": int(port)}}},
-            "metadata": {"filter_metadata": {"envoy.lb": {SUBSET_KEY: serves[endpoint]}}},
-        })
+            host, _, port = endpoint.rpartition(":")
+            serves.setdefault((host, int(port)), []).append(route.model)
+    return _assignment(serves)
+
+
+def merged_endpoints(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Every endpoint of both, serving every model it serves in either: what Envoy runs while its
+    routes change from those that went with `old` to those that go with `new`, so that no route
+    in between points at an empty subset (the bridge xds.py sends between the two)."""
+    serves: dict[tuple[str, int], list[str]] = {}
+    for assignment in (old, new):
+        for locality in assignment.get("endpoints", ()):
+            for entry in locality["lb_endpoints"]:
+                address = entry["endpoint"]["address"]["socket_address"]
+                models = serves.setdefault((address["address"], address["port_value"]), [])
+                models += [m for m in entry["metadata"]["filter_metadata"]["envoy.lb"][SUBSET_KEY] if m not in models]
+    return _assignment(serves)
+
+
+def _assignment(serves: dict[tuple[str, int], list[str]]) -> dict[str, Any]:
+    lb_endpoints = [{
+        "endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}},
+        "metadata": {"filter_metadata": {"envoy.lb": {SUBSET_KEY: sorted(serves[(host, port)])}}},
+    } for host, port in sorted(serves)]
     return {"cluster_name": FAST_CLUSTER, "endpoints": [{"lb_endpoints": lb_endpoints}] if lb_endpoints else []}
 
 

@@ -6,8 +6,8 @@ snapshot of a type when it asks for that type and whenever the snapshot changes;
 each response with an ACK (the version it now runs) or a NACK (the version it keeps, and why),
 and a response is not sent again for a version the stream already has, so neither loops.
 
-Order on a change: endpoints before routes when models gain endpoints (a route never points at
-an empty subset), routes before endpoints when they lose them. The snapshot exists before the
+Order on a change (`plan`): a bridge first, the endpoints of the old and the new routes together,
+then the new routes, then the new endpoints: no route Envoy runs points at an empty subset. The snapshot exists before the
 informers sync: the ext_proc route alone, which holds every request until they have.
 
 Why not a library: the Python xDS control planes on PyPI are unmaintained or pull in a web
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from google.protobuf import any_pb2, json_format
@@ -42,42 +43,47 @@ def _packed(message: object) -> any_pb2.Any:
     return packed
 
 
-def resources(snapshot: fastpath.Snapshot) -> dict[str, any_pb2.Any]:
-    """type URL -> the resource, as Envoy's protos (a malformed dict fails here, not in Envoy)."""
-    return {
-        ROUTES: _packed(json_format.ParseDict(snapshot.route_config, route_pb2.RouteConfiguration())),
-        ENDPOINTS: _packed(json_format.ParseDict(snapshot.endpoints, endpoint_pb2.ClusterLoadAssignment())),
-    }
+def resource_of(type_url: str, resource: dict[str, Any]) -> any_pb2.Any:
+    """A resource as Envoy's proto (a malformed dict fails here, not in Envoy)."""
+    message = route_pb2.RouteConfiguration() if type_url == ROUTES else endpoint_pb2.ClusterLoadAssignment()
+    return _packed(json_format.ParseDict(resource, message))
 
 
-def send_order(old: fastpath.Snapshot | None, new: fastpath.Snapshot) -> tuple[str, str]:
-    """Endpoints first when they grow or stay, routes first when routes go away."""
-    if old is not None and _route_names(new) < _route_names(old):
-        return ROUTES, ENDPOINTS
-    return ENDPOINTS, ROUTES
+def plan(snapshot: fastpath.Snapshot, wanted: set[str], sent: dict[str, str],
+         sent_endpoints: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
+    """What one stream is sent next, in order: (type URL, resource) pairs.
 
-
-def _route_names(snapshot: fastpath.Snapshot) -> set[str]:
-    return {r["name"] for vhost in snapshot.route_config["virtual_hosts"] for r in vhost["routes"]}
+    `sent`: type URL -> the version this stream was sent last; `sent_endpoints`: the endpoints it
+    was sent last. New routes go out after a bridge, the endpoints of both the old and the new
+    routes, and the new endpoints after them: no route Envoy runs ever points at an empty subset,
+    whether models gain endpoints, lose them or both at once."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    last_endpoints = sent.get(ENDPOINTS)
+    if ROUTES in wanted and sent.get(ROUTES) != fastpath.version_of(snapshot.route_config):
+        if ENDPOINTS in wanted and sent_endpoints is not None:
+            bridge = fastpath.merged_endpoints(sent_endpoints, snapshot.endpoints)
+            if fastpath.version_of(bridge) != last_endpoints:
+                out.append((ENDPOINTS, bridge))
+                last_endpoints = fastpath.version_of(bridge)
+        out.append((ROUTES, snapshot.route_config))
+    if ENDPOINTS in wanted and last_endpoints != fastpath.version_of(snapshot.endpoints):
+        out.append((ENDPOINTS, snapshot.endpoints))
+    return out
 
 
 class Discovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     def __init__(self, snapshot: fastpath.Snapshot) -> None:
         self._snapshot = snapshot
-        self._resources = resources(snapshot)
-        self._order: tuple[str, str] = (ENDPOINTS, ROUTES)
+        self._packed: dict[str, any_pb2.Any] = {}  # version -> resource, for the current snapshot's
         self._changed = asyncio.Event()  # set (and replaced) on every new snapshot
-
-    @property
-    def version(self) -> str:
-        return self._snapshot.version
 
     def update(self, snapshot: fastpath.Snapshot) -> None:
         """A new snapshot for every stream (nothing is sent when the content is the same)."""
         if snapshot.version == self._snapshot.version:
             return
-        self._order = send_order(self._snapshot, snapshot)
-        self._snapshot, self._resources = snapshot, resources(snapshot)
+        for type_url, resource in ((ROUTES, snapshot.route_config), (ENDPOINTS, snapshot.endpoints)):
+            resource_of(type_url, resource)  # refuse what Envoy would, before any stream is sent it
+        self._snapshot, self._packed = snapshot, {}
         metrics.FAST_MODELS.set(len(snapshot.models))
         self._wake()
 
@@ -85,23 +91,31 @@ class Discovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
+    def _resource(self, type_url: str, resource: dict[str, Any], version: str) -> any_pb2.Any:
+        if version not in self._packed:
+            self._packed[version] = resource_of(type_url, resource)
+        return self._packed[version]
+
     async def StreamAggregatedResources(  # noqa: N802 - gRPC's name
             self, request_iterator: AsyncIterator[discovery_pb2.DiscoveryRequest],
             context: grpc.aio.ServicerContext) -> AsyncIterator[discovery_pb2.DiscoveryResponse]:
         wanted: set[str] = set()
-        sent: dict[str, str] = {}  # type URL -> the version this stream was sent last
+        sent: dict[str, str] = {}
+        sent_endpoints: dict[str, Any] | None = None
         nonces = iter(range(1, 1 << 62))
         reader = asyncio.create_task(self._read(request_iterator, wanted))
         waiter: asyncio.Future[bool] | None = None
         try:
             while not reader.done():
                 changed = self._changed
-                for type_url in self._order:
-                    if type_url in wanted and sent.get(type_url) != self.version:
-                        sent[type_url] = self.version
-                        yield discovery_pb2.DiscoveryResponse(
-                            version_info=self.version, type_url=type_url, nonce=str(next(nonces)),
-                            resources=[self._resources[type_url]])
+                for type_url, resource in plan(self._snapshot, wanted, sent, sent_endpoints):
+                    version = fastpath.version_of(resource)
+                    sent[type_url] = version
+                    if type_url == ENDPOINTS:
+                        sent_endpoints = resource
+                    yield discovery_pb2.DiscoveryResponse(
+                        version_info=version, type_url=type_url, nonce=str(next(nonces)),
+                        resources=[self._resource(type_url, resource, version)])
                 waiter = asyncio.ensure_future(changed.wait())
                 await asyncio.wait([reader, waiter], return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
@@ -115,7 +129,7 @@ class Discovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
             if request.type_url not in (ROUTES, ENDPOINTS):
                 continue
             if request.HasField("error_detail"):
-                log.error("Envoy refused %s version %s: %s (it keeps version %r)", request.type_url.rsplit(".", 1)[-1],
+                log.error("Envoy refused %s (nonce %s): %s; it keeps version %r", request.type_url.rsplit(".", 1)[-1],
                           request.response_nonce, request.error_detail.message, request.version_info)
                 metrics.XDS_REJECTED.inc()
             if request.type_url not in wanted:

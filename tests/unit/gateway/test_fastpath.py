@@ -83,12 +83,38 @@ def test_the_version_follows_the_content_only() -> None:
     assert fastpath.snapshot(fewer).version != fastpath.snapshot(TABLE).version
 
 
-def test_endpoints_go_first_unless_routes_go_away() -> None:
-    empty = fastpath.snapshot(routes.Table(routes={}))
-    full = fastpath.snapshot(TABLE)
-    assert xds.send_order(empty, full) == (xds.ENDPOINTS, xds.ROUTES)  # a route never points at nothing
-    assert xds.send_order(full, empty) == (xds.ROUTES, xds.ENDPOINTS)
-    xds.resources(full)  # Envoy's own protos accept every field
+def _served_by(endpoints: dict) -> dict[str, list[str]]:
+    return {e["endpoint"]["address"]["socket_address"]["address"]: e["metadata"]["filter_metadata"]["envoy.lb"]["model"]
+            for locality in endpoints["endpoints"] for e in locality["lb_endpoints"]}
+
+
+def _sent(snapshot: fastpath.Snapshot) -> dict[str, str]:
+    return {xds.ROUTES: fastpath.version_of(snapshot.route_config),
+            xds.ENDPOINTS: fastpath.version_of(snapshot.endpoints)}
+
+
+def test_new_routes_go_out_between_a_bridge_and_their_endpoints() -> None:
+    both = {xds.ROUTES, xds.ENDPOINTS}
+    old = fastpath.snapshot(routes.Table(routes={"gone": _route("gone", ("10.0.0.9:8000",))}))
+    new = fastpath.snapshot(TABLE)
+    steps = xds.plan(new, both, _sent(old), old.endpoints)
+    assert [t for t, _ in steps] == [xds.ENDPOINTS, xds.ROUTES, xds.ENDPOINTS]
+    # while the old routes or the new ones run, every model they name has its endpoints
+    assert _served_by(steps[0][1]) == {"10.0.0.1": ["llama"], "10.0.0.2": ["llama", "sql-lora"], "10.0.0.9": ["gone"]}
+    assert steps[1][1] == new.route_config and steps[2][1] == new.endpoints
+    for resource in (r for _, r in steps):
+        xds.resource_of(xds.ENDPOINTS if "cluster_name" in resource else xds.ROUTES, resource)  # Envoy's protos
+    # models only gaining endpoints: the bridge is the new endpoints, sent once, before the routes
+    fewer = fastpath.snapshot(routes.Table(routes={"llama": TABLE.routes["llama"]}))
+    steps = xds.plan(new, both, _sent(fewer), fewer.endpoints)
+    assert [(t, r) for t, r in steps] == [(xds.ENDPOINTS, new.endpoints), (xds.ROUTES, new.route_config)]
+
+
+def test_nothing_is_sent_again_and_nothing_unasked() -> None:
+    snapshot = fastpath.snapshot(TABLE)
+    assert xds.plan(snapshot, {xds.ROUTES, xds.ENDPOINTS}, _sent(snapshot), snapshot.endpoints) == []
+    assert xds.plan(snapshot, {xds.ENDPOINTS}, {}, None) == [(xds.ENDPOINTS, snapshot.endpoints)]
+    assert xds.plan(snapshot, set(), {}, None) == []
 
 
 # -- a real Envoy -----------------------------------------------------------------------------------
