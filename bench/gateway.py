@@ -130,9 +130,35 @@ def run_load(contender: contenders.Contender, requests: int, args: argparse.Name
     return json.loads(out.read_text())
 
 
+@dataclasses.dataclass
+class Pooled:
+    """One contender's raw results over the rounds, pooled: percentiles come from every sample."""
+
+    ttft_s: list[float] = dataclasses.field(default_factory=list)
+    gaps_s: list[float] = dataclasses.field(default_factory=list)
+    errors: int = 0
+    wall_s: float = 0.0
+    cpu_s: float | None = None
+    examples: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, result: dict, cpu_s: float | None) -> None:
+        self.ttft_s += result["ttft_s"]
+        self.gaps_s += result["gaps_s"]
+        self.errors += result["errors"]
+        self.wall_s += result["wall_s"]
+        self.examples += result["error_examples"][:3]
+        if cpu_s is not None:
+            self.cpu_s = (self.cpu_s or 0.0) + cpu_s
+
+    def figures(self, name: str, baseline: tuple | None) -> figures.Figures:
+        return figures.figures_of(name, ttft_s=self.ttft_s, gaps_s=self.gaps_s, errors=self.errors,
+                                  wall_s=self.wall_s, cpu_s=self.cpu_s, baseline=baseline)
+
+
 def measure(contender: contenders.Contender, engines: Engines, args: argparse.Namespace,
-            workdir: pathlib.Path, baseline: tuple | None) -> tuple[figures.Figures, dict[str, float]]:
-    """Start, warm up, measure and stop one contender; its figures, and any of its own."""
+            workdir: pathlib.Path) -> tuple[dict, float | None, dict[str, float]]:
+    """Start, warm up, measure and stop one contender: its load result, CPU, and figures of its own."""
+    workdir.mkdir(parents=True, exist_ok=True)
     try:
         contender.start(engines.addresses, workdir)
         pids = contender.pids  # stop() forgets them
@@ -155,16 +181,11 @@ def measure(contender: contenders.Contender, engines: Engines, args: argparse.Na
             f"{contender.name}: no request succeeded ({result['errors']} errors: "
             f"{result['error_examples'][:2]})")
     cpu = None if not pids else figures.cpu_seconds_between(before, after, CLOCK_TICKS)
-    row = figures.figures_of(contender.name, ttft_s=result["ttft_s"], gaps_s=result["gaps_s"],
-                             errors=result["errors"], wall_s=result["wall_s"], cpu_s=cpu,
-                             baseline=baseline)
     if cpu is not None:
         split = figures.cpu_seconds_by_command(before, after, stats, CLOCK_TICKS)
         print("  CPU-s by process: " + ", ".join(
             f"{name} {seconds:.2f}" for name, seconds in sorted(split.items(), key=lambda kv: -kv[1])))
-    if result["error_examples"]:
-        print(f"  {contender.name} errors, e.g.: {result['error_examples'][:3]}")
-    return row, own
+    return result, cpu, own
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -184,6 +205,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy")
     parser.add_argument("--litellm-install-timeout", type=float, default=600.0)
     parser.add_argument("--litellm-start-timeout", type=float, default=180.0)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every contender this many times, in turn, and pool the samples (a busy "
+                             "machine drifts: rounds spread the drift over every contender alike)")
     parser.add_argument("--only", nargs="+", default=None,
                         help="run only these contenders (the direct baseline always runs)")
     args = parser.parse_args(argv)
@@ -208,41 +232,52 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[figures.Figures] = []
     roles: dict[str, str] = {}
     own: dict[str, dict[str, float]] = {}
-    skipped: list[str] = []
+    skipped: dict[str, str] = {}
+    pooled: dict[str, Pooled] = {}
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         workdir = pathlib.Path(tmp)
         engines = Engines(args.engines, args.ttft_ms, args.itl_ms, workdir)
         try:
-            baseline = None
-            for contender in [*field, contenders.Direct()]:
-                again = baseline is not None and contender.role == "baseline"
-                label = "direct (again)" if again else contender.name
-                print(f"== {label}", flush=True)
-                started = time.monotonic()
-                try:
-                    row, own[contender.name] = measure(contender, engines, args, workdir, baseline)
-                except contenders.Unavailable as why:
-                    print(f"  skipped: {why}")
-                    skipped.append(f"{contender.name}: {str(why).splitlines()[0]}")
-                    continue
-                if again:
-                    row = dataclasses.replace(row, name=label)
-                if baseline is None:
-                    baseline = (row.ttft, row.gap)
-                rows.append(row)
-                roles[row.name] = contender.role
-                print(f"  {row.requests} ok, {row.errors} errors, {row.requests_per_s:.0f} req/s, "
-                      f"{time.monotonic() - started:.0f} s", flush=True)
+            final = contenders.Direct()
+            final.name = "direct (again)"  # how far the machine drifted over the run
+            for round_ in range(args.rounds):
+                last = round_ == args.rounds - 1
+                for contender in [*field, *([final] if last else [])]:
+                    if contender.name in skipped:
+                        continue
+                    print(f"== {contender.name}" + (f" (round {round_ + 1} of {args.rounds})" if args.rounds > 1 else ""),
+                          flush=True)
+                    started = time.monotonic()
+                    try:
+                        result, cpu, own[contender.name] = measure(
+                            contender, engines, args, workdir / f"round-{round_}" / contender.name)
+                    except contenders.Unavailable as why:
+                        print(f"  skipped: {why}")
+                        skipped[contender.name] = str(why).splitlines()[0]
+                        continue
+                    pooled.setdefault(contender.name, Pooled()).add(result, cpu)
+                    roles[contender.name] = contender.role
+                    ok = len(result["ttft_s"])
+                    print(f"  {ok} ok, {result['errors']} errors, {ok / result['wall_s']:.0f} req/s, "
+                          f"{time.monotonic() - started:.0f} s", flush=True)
         finally:
             engines.stop()
+    baseline = None
+    for name, results in pooled.items():
+        row = results.figures(name, baseline)
+        if baseline is None:  # the first is the direct run, every round's pooled
+            baseline = (row.ttft, row.gap)
+        if results.examples:
+            print(f"  {name} errors, e.g.: {results.examples[:3]}")
+        rows.append(row)
     print()
     print("Milliseconds; + = added over direct (difference of percentiles); gap = between "
           "content chunks; CPU = the contender's processes only")
     print(figures.format_table(rows))
     for row in rows:
         print(json.dumps(row.as_json()))
-    for line in skipped:
-        print(f"not measured: {line}")
+    for name, why in skipped.items():
+        print(f"not measured: {name}: {why}")
     drift = [r for r in rows if r.name == "direct (again)"]
     if drift:
         print(f"baseline drift over the run (direct again - direct): TTFT p99 "

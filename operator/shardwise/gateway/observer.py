@@ -17,7 +17,7 @@ left) is counted as broken.
 
 With API keys on, the response's usage is charged to the key (`Gatekeeper.charge`: per-key
 metrics, the tokens bucket, the key's usage counters); a broken stream is charged the completion
-tokens it streamed before it broke.
+tokens it streamed before it broke (less fewer than observe_lua.EVENTS_STEP, the filter's write interval).
 """
 
 from __future__ import annotations
