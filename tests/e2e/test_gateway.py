@@ -239,6 +239,29 @@ def test_held_requests_time_out_shed_and_survive_a_restart_with_a_status(front: 
     assert _error(answers[0])["code"] == "service_unavailable"
 
 
+def test_the_fast_path_serves_while_the_service_is_down_and_after_it_is_back(front: Setup) -> None:
+    door, model = front.b, MODELS[0]
+    fast = door.envoy_counter("cluster.fast.upstream_rq_total")
+    door.gateway.stop()
+    try:
+        # Envoy alone routes a served model: its routes and endpoints stay while the service is away
+        reply = _client(door).chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                                      max_tokens=2)
+        assert reply.model == model and reply.usage.completion_tokens == 2
+        assert door.envoy_counter("cluster.fast.upstream_rq_total") == fast + 1
+        # what only the service answers gets Envoy's status, never a hang
+        unknown = httpx.post(f"{door.base_url}/chat/completions", json={"model": "no-such-model", "messages": []},
+                             timeout=30)
+        assert unknown.status_code == 503
+    finally:
+        door.restart_service()
+    # back, synced, the same routes: the fast path carries on, and the service answers again
+    reply = _client(door).completions.create(model=model, prompt="once", max_tokens=1)
+    assert reply.model == model and door.envoy_counter("cluster.fast.upstream_rq_total") == fast + 2
+    assert httpx.post(f"{door.base_url}/chat/completions", json={"model": "no-such-model", "messages": []},
+                      timeout=30).status_code == 404
+
+
 def _pod_of(kubectl: Kubectl, model: str) -> dict[str, Any]:
     return kubectl.get("pods", selector=f"shardwise.io/inference-deployment={model}")["items"][0]
 

@@ -48,8 +48,8 @@ function envoy_on_request(handle)
   local found = handle:streamInfo():dynamicMetadata():get(NS)
   local model = found and found["model"]
   local affinity = nil
-  if type(model) ~= "string" or model == "" then
-    model = nil
+  if type(model) ~= "string" or model == "" or find(model, "[%%z\r\n]") then
+    model = nil  -- no model, or none a header can carry: the picker's route answers it
   else
     local body = handle:body()  -- buffered whole by json_to_metadata already: no wait, but a yield
     if body then

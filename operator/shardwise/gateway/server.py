@@ -117,8 +117,8 @@ class Gateway:
                         for i in self.infds + self.pods]
         self.gatekeeper: Gatekeeper | None = None
         self.keyring: Any = None
-        # Until the informers sync, Envoy's routes are the ext_proc route alone (which waits for them).
-        self.discovery = xds.Discovery(fastpath.snapshot(routes.Table(routes={}), enabled=False))
+        # Envoy's routes: none are sent before the informers sync (Envoy keeps what it has, or waits).
+        self.discovery = xds.Discovery()
         if settings.auth is not None:  # API keys: their informers, the quota store, the status writer
             from shardwise.gateway.keyring import Keyring
 

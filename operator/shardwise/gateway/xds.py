@@ -7,8 +7,7 @@ each response with an ACK (the version it now runs) or a NACK (the version it ke
 and a response is not sent again for a version the stream already has, so neither loops.
 
 Order on a change (`plan`): a bridge first, the endpoints of the old and the new routes together,
-then the new routes, then the new endpoints: no route Envoy runs points at an empty subset. The snapshot exists before the
-informers sync: the ext_proc route alone, which holds every request until they have.
+then the new routes, then the new endpoints: no route Envoy runs points at an empty subset.
 
 Why not a library: the Python xDS control planes on PyPI are unmaintained or pull in a web
 framework; the protocol for two resource types of one client is this module.
@@ -72,14 +71,17 @@ def plan(snapshot: fastpath.Snapshot, wanted: set[str], sent: dict[str, str],
 
 
 class Discovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
-    def __init__(self, snapshot: fastpath.Snapshot) -> None:
+    """`snapshot` None: nothing to send yet. A restarted service answers no stream before its
+    informers sync: a running Envoy keeps the routes it has, a new one stays warming (not ready)."""
+
+    def __init__(self, snapshot: fastpath.Snapshot | None = None) -> None:
         self._snapshot = snapshot
         self._packed: dict[str, any_pb2.Any] = {}  # version -> resource, for the current snapshot's
         self._changed = asyncio.Event()  # set (and replaced) on every new snapshot
 
     def update(self, snapshot: fastpath.Snapshot) -> None:
         """A new snapshot for every stream (nothing is sent when the content is the same)."""
-        if snapshot.version == self._snapshot.version:
+        if self._snapshot is not None and snapshot.version == self._snapshot.version:
             return
         for type_url, resource in ((ROUTES, snapshot.route_config), (ENDPOINTS, snapshot.endpoints)):
             resource_of(type_url, resource)  # refuse what Envoy would, before any stream is sent it
@@ -108,7 +110,8 @@ class Discovery(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         try:
             while not reader.done():
                 changed = self._changed
-                for type_url, resource in plan(self._snapshot, wanted, sent, sent_endpoints):
+                steps = plan(self._snapshot, wanted, sent, sent_endpoints) if self._snapshot is not None else []
+                for type_url, resource in steps:
                     version = fastpath.version_of(resource)
                     sent[type_url] = version
                     if type_url == ENDPOINTS:

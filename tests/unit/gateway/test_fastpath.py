@@ -261,6 +261,9 @@ def test_a_clients_own_routing_headers_are_ignored(door: dict) -> None:
     response = httpx.post(f"{door['url']}/chat/completions", content=b"not json",
                           headers={"content-type": "application/json", envoy.MODEL_MATCH_HEADER: "fast-model"})
     assert response.status_code == 200 and door["route"].streams == before + 2
+    # a model no header can carry: the picker's route, not a broken request
+    seen = _chat(door, "fast-model\r\nx-evil: 1", "s", "u")
+    assert door["route"].streams == before + 3 and "x-evil" not in seen
 
 
 def test_envoy_follows_a_new_snapshot(door: dict) -> None:
