@@ -4,7 +4,7 @@ The observe filter (observe_lua.py, a Lua filter inside Envoy) reads each respon
 past and leaves in the request's dynamic metadata when its first body byte came, its last usage
 and, for a stream, its content events, and whether it reached its end of stream. Envoy's HTTP gRPC
 access logger (envoy.py) sends that with the status, the request's start and Envoy's own timings
-to `AccessLog.StreamAccessLogs`, in batches: Python sees one entry per request, never a body chunk,
+to `AccessLog.StreamAccessLogs`, a message per entry: Python sees one entry per request, never a body chunk,
 and the client's stream never waits for it.
 
 From an entry (`observation_of`, pure): time to first byte = first body byte - Envoy's start of
