@@ -41,6 +41,7 @@ ROUTE_FILTER = "shardwise.route"  # the ext_proc filter's name: fast routes disa
 FAST_CLUSTER = "fast"  # the engines Envoy balances itself, by subset of model (fastpath.py, over ADS)
 SLOW_CLUSTER = "engines"  # ORIGINAL_DST on the picker's destination header
 NODE_ID = "shardwise-gateway"
+ROUTE_CONFIG = "openai"  # the RDS resource name
 PREVIOUS_HOSTS = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
 _JSON_TO_METADATA = "type.googleapis.com/envoy.extensions.filters.http.json_to_metadata.v3.JsonToMetadata"
 _LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
@@ -183,7 +184,7 @@ def bootstrap(settings: EnvoySettings) -> dict[str, Any]:
         "local_reply_config": {"mappers": [_too_large_mapper(settings)]},
         # The routes come from the service (fastpath.py over ADS): a fast route per served model
         # with ready endpoints, then the ext_proc route for everything else.
-        "rds": {"route_config_name": "openai", "config_source": _ads()},
+        "rds": {"route_config_name": ROUTE_CONFIG, "config_source": _ads()},
         "http_filters": filters,
     }
     if settings.observe:

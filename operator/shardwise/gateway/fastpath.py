@@ -5,15 +5,15 @@ pays two gRPC round trips through an event loop, +42 ms TTFT p50 on a busy 2-cor
 with a picker that does nothing, against Envoy's own +12 ms. So the common request never crosses:
 shardwise decides ahead of time and Envoy applies the decision per request.
 
-- Envoy reads the body's `model` itself (the json_to_metadata filter) and the route filter's Lua
+- Envoy reads the body's `model` itself (the json_to_metadata filter) and the match filter's Lua
   copies it into `MODEL_MATCH_HEADER` and clears the route cache (envoy.py); a model with ready
   endpoints has a route per OpenAI path matching that header, to the `FAST_CLUSTER` subset of its
   endpoints, with the ext_proc filter disabled on it.
 - Within the subset Envoy balances by consistent hashing with bounded loads (its ring hash with
   `hash_balance_factor`, Mirrokni et al., the rule `picker` follows) on `AFFINITY_HEADER`, a hash
   the Lua takes of the start of the prompt or messages: conversations return to the engine that
-  caches their prefix, and no engine takes more than LOAD_FACTOR x the mean of Envoy's own active
-  requests.
+  caches their prefix, and no engine takes more than picker.LOAD_FACTOR (1.25) x the mean of
+  Envoy's own active requests.
 - Everything else takes the last route, the ext_proc path as before: a model with no ready
   endpoint (held while it wakes), an unknown model, a body that is not JSON or has no model,
   `/v1/models`, any other path, and every request when API keys are on (each needs its key
@@ -34,7 +34,7 @@ from typing import Any
 
 from shardwise.gateway import envoy, routes
 
-ROUTE_CONFIG = "openai"
+ROUTE_CONFIG = envoy.ROUTE_CONFIG
 FAST_CLUSTER = envoy.FAST_CLUSTER
 MODEL_MATCH_HEADER = envoy.MODEL_MATCH_HEADER
 AFFINITY_HEADER = envoy.AFFINITY_HEADER
