@@ -42,6 +42,8 @@ FAST_CLUSTER = "fast"  # the engines Envoy balances itself, by subset of model (
 SLOW_CLUSTER = "engines"  # ORIGINAL_DST on the picker's destination header
 NODE_ID = "shardwise-gateway"
 ROUTE_CONFIG = "openai"  # the RDS resource name
+# The OpenAI POST paths routed to an engine (by the picker, or by a fast route per model).
+ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 PREVIOUS_HOSTS = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
 _JSON_TO_METADATA = "type.googleapis.com/envoy.extensions.filters.http.json_to_metadata.v3.JsonToMetadata"
 _LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"

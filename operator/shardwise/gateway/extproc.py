@@ -37,7 +37,7 @@ from shardwise.gateway.openai_errors import Refusal
 
 log = logging.getLogger(__name__)
 
-ROUTED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+ROUTED_PATHS = frozenset(envoy.ROUTED_PATHS)
 KEY_HEADER = envoy.KEY_HEADER  # the caller's key id (namespace/name of its APIKey), for the observer
 STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 LB_NAMESPACE = "envoy.lb"

@@ -39,7 +39,7 @@ FAST_CLUSTER = envoy.FAST_CLUSTER
 MODEL_MATCH_HEADER = envoy.MODEL_MATCH_HEADER
 AFFINITY_HEADER = envoy.AFFINITY_HEADER
 SUBSET_KEY = "model"
-ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+ROUTED_PATHS = envoy.ROUTED_PATHS
 _EXT_PROC_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute"
 _OVERWRITE = "OVERWRITE_IF_EXISTS_OR_ADD"
 

