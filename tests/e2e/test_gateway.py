@@ -262,6 +262,21 @@ def test_the_fast_path_serves_while_the_service_is_down_and_after_it_is_back(fro
                       timeout=30).status_code == 404
 
 
+def test_a_new_envoy_is_given_the_fast_path_and_reports_its_traffic(front: Setup) -> None:
+    door, model = front.b, MODELS[1]
+    tokens = f'shardwise_gateway_tokens_total{{direction="completion",model="{model}"}}'
+    before = _metric(door, tokens)
+    door.restart_envoy()  # LIVE once its first routes and endpoints came over ADS
+    reply = _client(door).chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                                  max_tokens=3)
+    assert reply.model == model and reply.usage.completion_tokens == 3
+    assert door.envoy_counter("cluster.fast.upstream_rq_total") == 1  # a fresh Envoy: the fast path at once
+    eventually(lambda: _metric(door, tokens) - before == 3, timeout=30, what="its tokens counted (access log)")
+    unknown = httpx.post(f"{door.base_url}/chat/completions", json={"model": "no-such-model", "messages": []},
+                         timeout=30)
+    assert unknown.status_code == 404 and _error(unknown)["code"] == "model_not_found"  # the picker too
+
+
 def _pod_of(kubectl: Kubectl, model: str) -> dict[str, Any]:
     return kubectl.get("pods", selector=f"shardwise.io/inference-deployment={model}")["items"][0]
 

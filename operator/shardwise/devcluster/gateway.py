@@ -101,6 +101,13 @@ class FrontDoor:
         wait_until(lambda: _status(f"http://127.0.0.1:{self.http_port}/readyz") == 200, timeout=timeout,
                    what=f"{self.name} gateway synced", process=self.gateway)
 
+    def restart_envoy(self, timeout: float = 60.0) -> None:
+        """A new Envoy process: it gets its routes, endpoints and log stream from the service again."""
+        self.envoy.stop()
+        self.envoy.start()
+        wait_until(lambda: _status(f"http://127.0.0.1:{self.admin_port}/ready") == 200, timeout=timeout,
+                   what=f"{self.name} Envoy LIVE again", process=self.envoy)
+
     def stop(self) -> None:
         self.envoy.stop()
         self.gateway.stop()

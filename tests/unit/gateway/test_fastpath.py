@@ -4,14 +4,18 @@ The real Envoy runs the rendered bootstrap with the service's real `Discovery` s
 stand-in route service (ext_proc) counts the requests that cross into it and routes them to a
 recording upstream, as the slow path does. The fast path must carry a known model's requests
 without one ext_proc call, hash conversations that share a start alike, refuse a client's own
-routing headers, and follow a new snapshot; Envoy must refuse (NACK) none of it.
+routing headers, and follow a new snapshot; Envoy must refuse (NACK) none of it. Routes Envoy does
+refuse leave it running the last good ones, are not sent again, and a fixed snapshot is taken.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
+import pathlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import httpx
@@ -158,8 +162,9 @@ class Upstream:
             writer.close()
 
 
-@pytest.fixture(scope="module")
-def door(tmp_path_factory: pytest.TempPathFactory):
+@contextlib.contextmanager
+def _fast_door(tmp: pathlib.Path) -> Iterator[dict]:
+    """Envoy fed by a real `Discovery` with one model on the fast path, the upstream and the route."""
     upstream = Upstream()
     parts: dict[str, object] = {}
 
@@ -173,11 +178,17 @@ def door(tmp_path_factory: pytest.TempPathFactory):
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(parts["discovery"], server)
         return server_socket.close
 
-    rejected = metrics.XDS_REJECTED._value.get()
-    with envoy_beside(tmp_path_factory.mktemp("fastpath"), setup, observe=False) as running:
-        yield {"url": f"{running.listen_url}/v1", "upstream": upstream, "loop": running.loop, **parts}
-        assert metrics.XDS_REJECTED._value.get() == rejected, running.log()[-2000:]
-        assert "lua" not in running.log().lower()  # the match script never failed
+    with envoy_beside(tmp, setup, observe=False) as running:
+        yield {"url": f"{running.listen_url}/v1", "upstream": upstream, "loop": running.loop, "running": running,
+               **parts}
+
+
+@pytest.fixture(scope="module")
+def door(tmp_path_factory: pytest.TempPathFactory):
+    with _fast_door(tmp_path_factory.mktemp("fastpath")) as parts:
+        yield parts
+        assert _rejections(parts) == 0, parts["running"].log()[-2000:]
+        assert "lua" not in parts["running"].log().lower()  # the match script never failed
 
 
 def _chat(door: dict, model: str, system: str, user: str, **headers: str) -> dict[str, str]:
@@ -231,3 +242,46 @@ def test_envoy_follows_a_new_snapshot(door: dict) -> None:
             break  # Envoy routed it: it runs the new routes
         assert time.monotonic() < deadline, "Envoy never took the new snapshot"
         time.sleep(0.2)
+
+
+def _update(door: dict, snapshot: fastpath.Snapshot) -> None:
+    door["loop"].call_soon_threadsafe(door["discovery"].update, snapshot)
+
+
+def _routed_by_envoy(door: dict, model: str) -> bool:
+    before = door["route"].streams
+    _chat(door, model, "s", "u")
+    return door["route"].streams == before
+
+
+def _rejections(door: dict) -> int:
+    """The routes and endpoints this Envoy refused (its RDS and EDS `update_rejected` counters)."""
+    stats = httpx.get(f"http://127.0.0.1:{door['running'].admin_port}/stats?filter=update_rejected",
+                      timeout=5).text
+    return sum(int(line.rsplit(" ", 1)[1]) for line in stats.splitlines() if line.strip())
+
+
+def test_routes_envoy_refuses_leave_it_on_the_last_good_ones_and_are_not_sent_again(tmp_path) -> None:
+    with _fast_door(tmp_path) as door:
+        rejected = metrics.XDS_REJECTED._value.get()
+        table = routes.Table(routes={"fast-model": _route("fast-model", (door["address"],)),
+                                     "new-model": _route("new-model", (door["address"],))})
+        bad = fastpath.snapshot(table)
+        bad = fastpath.Snapshot(copy.deepcopy(bad.route_config), bad.endpoints, bad.models)
+        # A regex RE2 cannot compile: the proto is valid (the service sends it), Envoy refuses it.
+        _routes(bad)[0]["match"] = {"safe_regex": {"regex": "(unclosed"}}
+        _update(door, bad)
+        deadline = time.monotonic() + 30
+        while metrics.XDS_REJECTED._value.get() == rejected:
+            assert time.monotonic() < deadline, "Envoy never answered the bad routes"
+            time.sleep(0.05)
+        assert _routed_by_envoy(door, "fast-model")  # the routes it had still run
+        assert not _routed_by_envoy(door, "new-model")  # the refused ones do not
+        _update(door, fastpath.snapshot(table))  # fixed: taken as usual
+        deadline = time.monotonic() + 30
+        while not _routed_by_envoy(door, "new-model"):
+            assert time.monotonic() < deadline, "Envoy never took the fixed routes"
+            time.sleep(0.2)
+        # Refused once: the service did not send the refused version again while it stood.
+        assert metrics.XDS_REJECTED._value.get() == rejected + 1
+        assert _rejections(door) == 1
