@@ -28,7 +28,7 @@ from envoy.service.discovery.v3 import ads_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from shardwise.api import v1alpha1 as api
-from shardwise.gateway import console, consoleweb, extproc, fastpath, holding, metrics, picker, routes, xds
+from shardwise.gateway import console, consoleweb, enginestats, extproc, fastpath, holding, metrics, picker, routes, xds
 from shardwise.gateway.dispatcher import Dispatcher
 from shardwise.gateway.gatekeeper import AuthSettings, Gatekeeper
 from shardwise.gateway.observer import AccessLog, Observer
@@ -36,7 +36,6 @@ from shardwise.kube import health
 from shardwise.kube.client import Kube
 from shardwise.kube.informer import Informer, wait_for_sync
 from shardwise.kube.quietlog import QuietLog
-from shardwise.observe import parse
 
 log = logging.getLogger(__name__)
 
@@ -192,23 +191,22 @@ class Gateway:
         assert self.dispatcher is not None
         timeout = aiohttp.ClientTimeout(total=max(0.5, self.settings.scrape_interval_s / 2))
         async with aiohttp.ClientSession(timeout=timeout) as session:
+            reader = enginestats.EngineStatsReader(session)
             while True:
                 endpoints = sorted({e for r in self.dispatcher.table.models() for e in r.endpoints})
-                found = await asyncio.gather(*(self._scrape_one(session, e) for e in endpoints))
+                reader.retain(set(endpoints))
+                found = await asyncio.gather(*(self._scrape_one(reader, e) for e in endpoints))
                 self.dispatcher.stats = {e: s for e, s in zip(endpoints, found) if s is not None}
                 await asyncio.sleep(self.settings.scrape_interval_s)
 
-    async def _scrape_one(self, session: aiohttp.ClientSession, endpoint: str) -> picker.EngineStats | None:
+    async def _scrape_one(self, reader: enginestats.EngineStatsReader, endpoint: str) -> picker.EngineStats | None:
         try:
-            async with session.get(f"http://{endpoint}/metrics") as response:
-                text = await response.text()
-            sample = parse.parse(text)
+            stats = await reader.read(endpoint)
         except Exception as exc:  # noqa: BLE001 - an engine that does not answer weighs by outstanding only
             self._scrape_log.failure(exc)
             return None
         self._scrape_log.success()
-        return picker.EngineStats(waiting=sample.gauges.get(parse.WAITING, 0.0),
-                                  kv_cache_usage=sample.gauges.get(parse.KV_CACHE_USAGE, 0.0))
+        return stats
 
     def _http_app(self) -> web.Application:
         live = health.liveness(self.contact, 300.0, lambda: self.threads)

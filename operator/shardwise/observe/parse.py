@@ -255,6 +255,21 @@ def parse(text: str) -> Sample:
     )
 
 
+def load_gauges(text: str) -> dict[str, float]:
+    """Only the scheduler gauges (GAUGES) of a scrape, summed over a pod's engines like `parse`'s
+    (KV-cache use their mean); implausible values are left out. For a scrape filtered to them
+    (vLLM's `name[]`), which `parse` refuses for lacking the histograms."""
+    gauges: dict[str, float] = {}
+    engines: dict[str, int] = {}
+    for name, _, value in _samples(_wanted_lines(text)):
+        if name in _GAUGE_RANGES and not _implausible(value, *_GAUGE_RANGES[name]):
+            gauges[name] = gauges.get(name, 0.0) + value
+            engines[name] = engines.get(name, 0) + 1
+    if engines.get(KV_CACHE_USAGE, 0) > 1:
+        gauges[KV_CACHE_USAGE] /= engines[KV_CACHE_USAGE]
+    return gauges
+
+
 def _implausible(value: float, low: float, high: float) -> bool:
     return not low <= value <= high  # also NaN
 

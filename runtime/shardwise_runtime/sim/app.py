@@ -101,6 +101,15 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"content-type": exposition.CONTENT_TYPE_PLAIN_0_0_4})
 
 
+async def metrics_filtered(request: web.Request) -> web.Response:
+    """GET /metrics/ (trailing slash): vLLM 0.32 mounts prometheus_client's ASGI app there beside
+    the instrumentator's /metrics, and it honours `name[]` (only those families; an unknown name
+    gives an empty 200), while /metrics ignores it (tests/fixtures/vllm-0.32-cpu/metrics-filtered.txt)."""
+    names = request.query.getall("name[]", None)
+    body = request.app[ENGINE_KEY].exposition(list(names) if names else None)
+    return web.Response(body=body, headers={"content-type": exposition.CONTENT_TYPE_PLAIN_0_0_4})
+
+
 async def _complete(request: web.Request, kind: protocol.Kind) -> web.StreamResponse:
     engine = request.app[ENGINE_KEY]
     try:
@@ -194,6 +203,7 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics/", metrics_filtered)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     if engine.config.runtime_lora_updating:

@@ -218,8 +218,9 @@ class Engine:
                 del self._lora_in_flight[name]
         self._record_lora_state()
 
-    def exposition(self) -> bytes:
-        """The /metrics body, with the scheduler gauges read at this moment.
+    def exposition(self, names: list[str] | None = None) -> bytes:
+        """The /metrics body (only the families in `names` when given), with the scheduler gauges
+        read at this moment.
 
         Gauges are set here rather than on every token: the per-token path is the simulator's
         hot loop, and a scrape only ever sees the value of the moment anyway.
@@ -227,7 +228,7 @@ class Engine:
         self.metrics.set_load(self.running, self.waiting, self.kv_tokens / self.kv_cache_tokens)
         if self.running or self.waiting:
             self._record_lora_state()  # a busy engine steps, and each step stamps the series
-        return self.metrics.exposition()
+        return self.metrics.exposition(names)
 
     def new_id(self, prefix: str) -> str:
         """A response id like vLLM's: prefix and 16 hex digits."""

@@ -464,6 +464,9 @@ class EngineMetrics:
         if request.generation_tokens > 1:
             self.tpot.observe(request.decode_s / (request.generation_tokens - 1))
 
-    def exposition(self) -> bytes:
-        """The /metrics body in Prometheus text format 0.0.4, as vLLM serves it."""
-        return generate_latest(self.registry)
+    def exposition(self, names: list[str] | None = None) -> bytes:
+        """The /metrics body in Prometheus text format 0.0.4, as vLLM serves it; with `names`, only
+        those families (prometheus_client's `name[]` filter, which vLLM's `/metrics/` applies)."""
+        if names is None:
+            return generate_latest(self.registry)
+        return generate_latest(self.registry.restricted_registry(names))

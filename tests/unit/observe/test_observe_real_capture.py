@@ -118,3 +118,22 @@ def test_queue_mean_tells_the_truth_the_coarse_p95_cannot() -> None:
     summary = aggregate.summarize([aggregate.delta(before, after)], 300.0, [])
     assert summary.queue_mean_ms == pytest.approx(expected_ms)  # ~0.016 ms
     assert summary.queue_p95_ms == pytest.approx(285.0)  # interpolated inside the 0-300 ms bucket
+
+
+def test_load_gauges_reads_the_filtered_scrape_parse_refuses() -> None:
+    filtered = (CAPTURES / "metrics-filtered.txt").read_text()
+    with pytest.raises(parse.NotVllmMetrics):
+        parse.parse(filtered)  # no histograms: not a scrape the collector can use
+    assert parse.load_gauges(filtered) == {parse.WAITING: 0.0, parse.KV_CACHE_USAGE: 0.0}
+
+
+def test_load_gauges_adds_queues_and_averages_kv_cache_over_a_pods_engines() -> None:
+    text = "\n".join([
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 2.0',
+        'vllm:num_requests_waiting{engine="1",model_name="m"} 5.0',
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.2',
+        'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.6',
+        'vllm:num_requests_running{engine="0",model_name="m"} NaN',  # implausible: left out
+        'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 9.0',
+    ])
+    assert parse.load_gauges(text) == {parse.WAITING: 7.0, parse.KV_CACHE_USAGE: pytest.approx(0.4)}

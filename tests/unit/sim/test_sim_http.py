@@ -121,6 +121,26 @@ async def test_metrics_count_what_the_client_got() -> None:
     assert _sample(text, "vllm:kv_cache_usage_perc") == 0
 
 
+async def test_metrics_with_a_slash_serves_only_the_named_families_as_vllm_does() -> None:
+    names = ["vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"]
+    query = [("name[]", name) for name in names]
+    async with serving() as served, httpx.AsyncClient(base_url=served.url) as http:
+        filtered = await http.get("/metrics/", params=query)
+        unknown = await http.get("/metrics/", params=[("name[]", "vllm:no_such_metric")])
+        ignored = await http.get("/metrics", params=query)  # the instrumentator's route: no filter
+
+    def families(text: str) -> list[tuple[str, str, list[tuple[str, ...]]]]:
+        # Sorted: prometheus_client's filter collects from a set, in no fixed order.
+        return sorted((f.name, f.type, [tuple(sorted(s.labels)) for s in f.samples])
+                      for f in text_string_to_metric_families(text))
+
+    assert filtered.status_code == 200
+    assert filtered.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert families(filtered.text) == families(capture("metrics-filtered.txt"))
+    assert unknown.status_code == 200 and unknown.content == b""
+    assert len(families(ignored.text)) > 20 and "vllm:num_requests_running" in ignored.text
+
+
 async def test_requests_beyond_the_batch_queue_and_ttft_rises() -> None:
     async with (
         serving(max_concurrency=2, ttft_ms=10.0, itl_ms=4.0) as served,
