@@ -118,6 +118,8 @@ def run_load(contender: contenders.Contender, requests: int, args: argparse.Name
     argv = [sys.executable, str(HERE / "gateway_load.py"), "--requests", str(requests),
             "--concurrency", str(args.concurrency), "--tokens", str(args.tokens),
             "--time-limit", str(args.time_limit), "--out", str(out)]
+    if not args.no_ramp:  # the streams spread over one stream's duration (gateway_load.py says why)
+        argv += ["--ramp", str((args.ttft_ms + args.tokens * args.itl_ms) / 1000)]
     for url in contender.base_urls:
         argv += ["--base-url", url]
     if contender.api_key:
@@ -202,6 +204,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="seconds per load run after which no request starts")
     parser.add_argument("--envoy-concurrency", type=int, default=contenders.cpu_count(),
                         help="Envoy worker threads (default: the cores, as Envoy's own default)")
+    parser.add_argument("--no-ramp", action="store_true",
+                        help="start every stream at once (waves of --concurrency arrivals)")
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy")
     parser.add_argument("--litellm-install-timeout", type=float, default=600.0)
     parser.add_argument("--litellm-start-timeout", type=float, default=180.0)

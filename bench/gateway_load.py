@@ -103,9 +103,17 @@ async def run_load(
     tokens: int,
     time_limit_s: float,
     request_timeout_s: float,
+    ramp_s: float = 0.0,
     api_key: str | None = None,
 ) -> tuple[Samples, float]:
-    """Send `requests` streams, `concurrency` at a time; returns the samples and the wall time."""
+    """Send `requests` streams, `concurrency` at a time; returns the samples and the wall time.
+
+    With `ramp_s` (about one stream's duration) worker i starts i/concurrency of it late, and its
+    first stream, sent while the others are still ramping up, is not sampled: the streams arrive
+    spread out, as independent clients' do, rather than in waves of `concurrency` at once. All
+    streams last about as long, so workers that start together stay in step: without a ramp every
+    wave's last request waits behind the whole wave in each process on its path, and TTFT p99
+    measures that burst rather than the proxy."""
     body = json.dumps(
         {
             "model": MODEL,
@@ -125,15 +133,23 @@ async def run_load(
     deadline = started + time_limit_s
     remaining = iter(range(requests))
 
-    async def worker(session: aiohttp.ClientSession) -> None:
+    unsampled = Samples()  # the ramp's streams: checked like the others, not counted
+
+    async def worker(index: int, session: aiohttp.ClientSession) -> None:
+        first = ramp_s > 0
+        if first:
+            await asyncio.sleep(ramp_s * index / concurrency)
         # One shared iterator: each worker takes the next request number until none are left.
         for _ in remaining:
             if time.perf_counter() >= deadline:
                 return
-            await one_request(session, next(urls), body, headers, tokens, samples)
+            await one_request(session, next(urls), body, headers, tokens, unsampled if first else samples)
+            first = False
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        await asyncio.gather(*(worker(index, session) for index in range(concurrency)))
+    samples.errors += unsampled.errors
+    samples.error_examples += unsampled.error_examples
     return samples, time.perf_counter() - started
 
 
@@ -145,6 +161,9 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--time-limit", type=float, default=120.0, help="seconds")
     parser.add_argument("--request-timeout", type=float, default=30.0, help="seconds")
+    parser.add_argument("--ramp", type=float, default=0.0,
+                        help="seconds over which the workers start (about one stream's duration); "
+                             "each worker's first stream is then not sampled")
     parser.add_argument("--api-key", default=None, help="sent as a bearer token")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -163,6 +182,7 @@ def main() -> int:
                 tokens=args.tokens,
                 time_limit_s=args.time_limit,
                 request_timeout_s=args.request_timeout,
+                ramp_s=args.ramp,
                 api_key=args.api_key,
             )
         )
