@@ -89,12 +89,16 @@ async def test_unreachable_targets_become_errors_not_crashes() -> None:
 
 @pytest.mark.anyio
 async def test_spreading_load_over_replicas_lowers_ttft() -> None:
-    tight = {"max_concurrency": 2, "ttft_ms": 10.0, "itl_ms": 5.0}
+    # One request at a time, about 0.1 s each (10 ms to the first token, 19 more at 5 ms): one
+    # engine serves about 9.5 requests/s, so 14/s queues on one (the 14th waits ~0.45 s) and not
+    # on two (7/s each, a request every 0.14 s). The margin is wide so a busy machine, which
+    # slows both runs, cannot close it (it once did with 2 slots and 18/s for 0.6 s: 0.197 s
+    # against 0.392 s).
+    tight = {"max_concurrency": 1, "ttft_ms": 10.0, "itl_ms": 5.0}
     async with serving(**tight) as one, serving(**tight) as two:
         urls = [f"{one.url}/v1", f"{two.url}/v1"]
-        # One engine serves about 13 requests/s of this size: 18/s overloads one, not two.
-        alone = await load.run_load(urls[:1], "tiny", rps=18, duration_s=0.6, max_tokens=20)
-        spread = await load.run_load(urls, "tiny", rps=18, duration_s=0.6, max_tokens=20)
+        alone = await load.run_load(urls[:1], "tiny", rps=14, duration_s=1.0, max_tokens=20)
+        spread = await load.run_load(urls, "tiny", rps=14, duration_s=1.0, max_tokens=20)
     p95_alone = load.summarize(alone).ttft_p95_s
     p95_spread = load.summarize(spread).ttft_p95_s
     assert p95_alone is not None and p95_spread is not None
