@@ -3,7 +3,8 @@ beside it, the session's control plane and operator, simulated engines on the po
 
 One namespace and one set of models for the module (the cluster is shared; each model costs a
 reconcile and an engine, not a test each): three served models, one that scales to zero, one that
-can never be placed (so a request to it stays held). Two gateway replicas (Envoy + service each)
+can never be placed (so a request to it stays held), one on two engines that run a request each
+(so another client's few requests make one of them queue). Two gateway replicas (Envoy + service each)
 serve them; replica B has a short hold timeout and a hold queue of one.
 """
 
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.e2e
 
 MODELS = ("chat-a", "chat-b", "chat-c")
 ZERO, NOWHERE = "sleepy", "nowhere"
+BUSY = "busy"  # two replicas that run one request each: a few requests make a queue
 BODY_LIMIT = 64 * 1024
 WAKE = "shardwise.io/wake-requested"
 
@@ -64,6 +66,7 @@ def front(cluster: LocalCluster, operator: Any) -> Iterator[Setup]:
                                                        "slo": {"ttftP95": "500ms"}, "evaluationPeriodSeconds": 3,
                                                        "scaleToZeroAfterSeconds": 10}))
         kubectl.apply_yaml(manifest(NOWHERE, product="NVIDIA-B200", replicas=1))  # never placed: stays held
+        kubectl.apply_yaml(manifest(BUSY, replicas=2, serving={"maxModelLen": 4096, "maxConcurrency": 1}))
         for door in doors:
             door.start()
         setup = Setup(cluster, kubectl, *doors)
@@ -129,9 +132,9 @@ def test_models_lists_every_served_model(front: Setup) -> None:
     assert listed.status_code == 200 and listed.headers["content-type"] == "application/json"
     body = listed.json()
     assert body["object"] == "list"
-    assert sorted(m["id"] for m in body["data"]) == sorted((*MODELS, ZERO, NOWHERE))
+    assert sorted(m["id"] for m in body["data"]) == sorted((*MODELS, ZERO, NOWHERE, BUSY))
     assert all(m["object"] == "model" and m["owned_by"] == front.kubectl.namespace for m in body["data"])
-    assert [m.id for m in _client(front.b).models.list()] == sorted((*MODELS, ZERO, NOWHERE))
+    assert [m.id for m in _client(front.b).models.list()] == sorted((*MODELS, ZERO, NOWHERE, BUSY))
     assert _client(front.a).models.retrieve("chat-a").id == "chat-a"
 
 
@@ -309,3 +312,55 @@ def test_an_engine_that_dies_mid_stream_ends_the_stream(front: Setup) -> None:
                 if index == 2:
                     front.kubectl.run("delete", "pod", pod["metadata"]["name"], "--grace-period=0", "--force")
     assert time.monotonic() - started < 15  # ended by the reset, not by the 30 s read timeout
+
+
+def _fast_requests_by_endpoint(door: FrontDoor) -> dict[str, int]:
+    """Envoy's requests to each endpoint of the fast cluster (its admin /clusters)."""
+    text = httpx.get(f"http://127.0.0.1:{door.admin_port}/clusters", timeout=5).text
+    fields = (line.split("::") for line in text.splitlines())
+    return {f[1]: int(f[3]) for f in fields if len(f) == 4 and f[0] == "fast" and f[2] == "rq_total"}
+
+
+def test_an_engine_queueing_for_other_clients_is_spared_until_its_queue_drains(front: Setup) -> None:
+    door = front.a
+    eventually(lambda: _metric(door, f'shardwise_gateway_endpoints{{model="{BUSY}"}}') == 2, timeout=120,
+               what="both engines of the two-replica model routed")
+    ips = sorted(p["status"]["podIP"] for p in front.kubectl.get(
+        "pods", selector=f"shardwise.io/inference-deployment={BUSY}")["items"])
+    busy, idle = (f"{ip}:8000" for ip in ips)
+    client = _client(door)
+
+    def batch(requests: int) -> dict[str, int]:
+        """Requests of `requests` new conversations each engine got through the door."""
+        before, nonce = _fast_requests_by_endpoint(door), uuid.uuid4().hex
+        for index in range(requests):
+            client.completions.create(model=BUSY, prompt=f"{nonce} conversation {index} " * 20, max_tokens=1)
+        after = _fast_requests_by_endpoint(door)
+        return {e: after.get(e, 0) - before.get(e, 0) for e in (busy, idle)}
+
+    eventually(lambda: min(batch(8).values()) > 0, timeout=60, what="both engines taking conversations")
+    stop = threading.Event()
+
+    def another_client() -> None:
+        # Straight to one engine, never through the gateway: its queue is all Envoy cannot see.
+        body = {"model": BUSY, "prompt": "elsewhere", "max_tokens": 40, "stream": True}
+        while not stop.is_set():
+            with httpx.stream("POST", f"http://{busy}/v1/completions", json=body, timeout=60) as response:
+                for _ in response.iter_lines():
+                    pass
+
+    others = [threading.Thread(target=another_client, daemon=True) for _ in range(6)]
+    for thread in others:
+        thread.start()
+    try:
+        eventually(lambda: _metric(door, "shardwise_gateway_spared_engines") == 1, timeout=60,
+                   what="the queueing engine spared")
+        eventually(lambda: batch(4)[busy] == 0, timeout=30, what="Envoy running the spared endpoints")
+        assert batch(16) == {busy: 0, idle: 16}
+    finally:
+        stop.set()
+        for thread in others:
+            thread.join(timeout=60)
+    eventually(lambda: _metric(door, "shardwise_gateway_spared_engines") == 0, timeout=60,
+               what="the engine back once its queue drained")
+    eventually(lambda: batch(8)[busy] > 0, timeout=60, what="the engine taking conversations again")

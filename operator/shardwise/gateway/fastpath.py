@@ -19,8 +19,10 @@ shardwise decides ahead of time and Envoy applies the decision per request.
   `/v1/models`, any other path, and every request when API keys are on (each needs its key
   checked and charged).
 
-What the fast path gives up, and the slow one keeps: the engines' queue and KV-cache use in the
-pick (they count other gateway replicas' requests; the ring's bound counts only this Envoy's).
+The engines' own queues and KV-cache use (which count other gateway replicas' and clients'
+requests; the ring's bound counts only this Envoy's) reach the fast path every scrape: an engine
+queueing far beyond its peers leaves the model's subset until it is back to their mean
+(overload.py). The picker weighs them in every pick.
 
 Pure: a Table in, plain dicts in Envoy's JSON (proto3 mapping) out; xds.py sends them.
 """
@@ -32,7 +34,7 @@ import hashlib
 import json
 from typing import Any
 
-from shardwise.gateway import envoy, routes
+from shardwise.gateway import envoy, overload, routes
 
 ROUTE_CONFIG = envoy.ROUTE_CONFIG
 FAST_CLUSTER = envoy.FAST_CLUSTER
@@ -97,14 +99,18 @@ def route_config(table: routes.Table, *, enabled: bool = True) -> dict[str, Any]
     }]}
 
 
-def endpoints(table: routes.Table, *, enabled: bool = True) -> dict[str, Any]:
+def endpoints(table: routes.Table, *, enabled: bool = True, spared: overload.Spared = frozenset()) -> dict[str, Any]:
     """The fast cluster's endpoints, each with the models it serves (an engine serves its base
-    model and the adapters it has loaded) as a list the subset load balancer matches any of."""
+    model and the adapters it has loaded) as a list the subset load balancer matches any of,
+    less those `spared` leaves out for now (overload.py); a spared engine stays in the cluster,
+    so the requests it is running are left alone."""
     serves: dict[tuple[str, int], list[str]] = {}
     for route in fast_models(table) if enabled else []:
         for endpoint in route.endpoints:
             host, _, port = endpoint.rpartition(":")
-            serves.setdefault((host, int(port)), []).append(route.model)
+            models = serves.setdefault((host, int(port)), [])
+            if (route.model, endpoint) not in spared:
+                models.append(route.model)
     return _assignment(serves)
 
 
@@ -130,8 +136,9 @@ def _assignment(serves: dict[tuple[str, int], list[str]]) -> dict[str, Any]:
     return {"cluster_name": FAST_CLUSTER, "endpoints": [{"lb_endpoints": lb_endpoints}] if lb_endpoints else []}
 
 
-def snapshot(table: routes.Table, *, enabled: bool = True) -> Snapshot:
-    """`enabled` False (API keys on, or the fast path turned off): every request takes ext_proc."""
+def snapshot(table: routes.Table, *, enabled: bool = True, spared: overload.Spared = frozenset()) -> Snapshot:
+    """`enabled` False (API keys on, or the fast path turned off): every request takes ext_proc.
+    `spared`: the engines left out of a model's subset for their queues (overload.py)."""
     models = tuple(r.model for r in fast_models(table)) if enabled else ()
-    return Snapshot(route_config(table, enabled=enabled), endpoints(table, enabled=enabled), models)
+    return Snapshot(route_config(table, enabled=enabled), endpoints(table, enabled=enabled, spared=spared), models)
 

@@ -34,6 +34,8 @@ SYNCED = prom.Gauge("shardwise_gateway_caches_synced", "1 once the informers hav
 ENDPOINTS = prom.Gauge("shardwise_gateway_endpoints", "Ready endpoints per model.", ["model"], registry=REGISTRY)
 FAST_MODELS = prom.Gauge("shardwise_gateway_fast_path_models", "Models Envoy routes by itself (fast path routes "
                          "sent over ADS); the others go through the ext_proc picker.", registry=REGISTRY)
+SPARED_ENGINES = prom.Gauge("shardwise_gateway_spared_engines", "Engines (per model they serve) left out of the "
+                            "fast path for queueing far beyond the model's other engines.", registry=REGISTRY)
 XDS_REJECTED = prom.Counter("shardwise_gateway_xds_rejected", "Routes or endpoints Envoy refused (NACKs; it keeps "
                             "the last version it accepted).", registry=REGISTRY)
 

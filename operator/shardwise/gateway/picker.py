@@ -39,9 +39,13 @@ class EngineStats:
     kv_cache_usage: float = 0.0
 
 
+def engine_load(engine: EngineStats) -> float:
+    """The engine's own part of the load: its queue, and its KV cache weighed as a few requests."""
+    return engine.waiting + KV_WEIGHT * engine.kv_cache_usage
+
+
 def load_of(endpoint: str, outstanding: Mapping[str, int], stats: Mapping[str, EngineStats]) -> float:
-    engine = stats.get(endpoint) or EngineStats()
-    return outstanding.get(endpoint, 0) + engine.waiting + KV_WEIGHT * engine.kv_cache_usage
+    return outstanding.get(endpoint, 0) + engine_load(stats.get(endpoint) or EngineStats())
 
 
 def _hash(text: str) -> int:

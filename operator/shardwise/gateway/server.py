@@ -28,7 +28,8 @@ from envoy.service.discovery.v3 import ads_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from shardwise.api import v1alpha1 as api
-from shardwise.gateway import console, consoleweb, enginestats, extproc, fastpath, holding, metrics, picker, routes, xds
+from shardwise.gateway import (console, consoleweb, enginestats, extproc, fastpath, holding, metrics, overload, picker,
+                               routes, xds)
 from shardwise.gateway.dispatcher import Dispatcher
 from shardwise.gateway.gatekeeper import AuthSettings, Gatekeeper
 from shardwise.gateway.observer import AccessLog, Observer
@@ -118,6 +119,7 @@ class Gateway:
         self.keyring: Any = None
         # Envoy's routes: none are sent before the informers sync (Envoy keeps what it has, or waits).
         self.discovery = xds.Discovery()
+        self._spared: overload.Spared = frozenset()  # engines out of a model's fast path (overload.py)
         if settings.auth is not None:  # API keys: their informers, the quota store, the status writer
             from shardwise.gateway.keyring import Keyring
 
@@ -151,7 +153,21 @@ class Gateway:
         self.discovery.update(self._snapshot(table))
 
     def _snapshot(self, table: routes.Table) -> fastpath.Snapshot:
-        return fastpath.snapshot(table, enabled=self.settings.fast_path and self.gatekeeper is None)
+        return fastpath.snapshot(table, enabled=self.settings.fast_path and self.gatekeeper is None,
+                                 spared=self._spared)
+
+    def _spare_overloaded(self) -> None:
+        """After a scrape: the engines queueing far beyond their peers leave the fast path (overload.py)."""
+        assert self.dispatcher is not None
+        table = self.dispatcher.table
+        spared = overload.spared(table, self.dispatcher.stats, self._spared)
+        if spared != self._spared:
+            log.info("fast path: engines spared for their queues: %s",
+                     ", ".join(f"{endpoint} ({model})" for model, endpoint in sorted(spared)) or "none")
+            self._spared = spared
+            metrics.SPARED_ENGINES.set(len(spared))
+            if self.dispatcher.synced.is_set():
+                self.discovery.update(self._snapshot(table))
 
     def _synced(self) -> None:
         assert self.dispatcher is not None
@@ -197,6 +213,7 @@ class Gateway:
                 reader.retain(set(endpoints))
                 found = await asyncio.gather(*(self._scrape_one(reader, e) for e in endpoints))
                 self.dispatcher.stats = {e: s for e, s in zip(endpoints, found) if s is not None}
+                self._spare_overloaded()
                 await asyncio.sleep(self.settings.scrape_interval_s)
 
     async def _scrape_one(self, reader: enginestats.EngineStatsReader, endpoint: str) -> picker.EngineStats | None:

@@ -285,3 +285,72 @@ def test_routes_envoy_refuses_leave_it_on_the_last_good_ones_and_are_not_sent_ag
         # Refused once: the service did not send the refused version again while it stood.
         assert metrics.XDS_REJECTED._value.get() == rejected + 1
         assert _rejections(door) == 1
+
+
+# -- engines spared for their queues (overload.py) ---------------------------------------------------
+
+def test_a_spared_engine_leaves_the_models_subset_and_stays_in_the_cluster() -> None:
+    spared = fastpath.snapshot(TABLE, spared=frozenset({("llama", "10.0.0.2:8000")}))
+    assert _served_by(spared.endpoints) == {"10.0.0.1": ["llama"], "10.0.0.2": ["sql-lora"]}
+    assert spared.route_config == fastpath.snapshot(TABLE).route_config  # only the endpoints change
+    assert spared.version != fastpath.snapshot(TABLE).version
+    xds.resource_of(xds.ENDPOINTS, spared.endpoints)  # Envoy's proto takes it
+    both = fastpath.snapshot(TABLE, spared=frozenset({("llama", "10.0.0.2:8000"), ("sql-lora", "10.0.0.2:8000")}))
+    assert _served_by(both.endpoints) == {"10.0.0.1": ["llama"], "10.0.0.2": []}
+    xds.resource_of(xds.ENDPOINTS, both.endpoints)
+    # Sparing changes no route: a stream is sent the endpoints alone, no bridge.
+    assert xds.plan(spared, {xds.ROUTES, xds.ENDPOINTS}, _sent(fastpath.snapshot(TABLE)),
+                    fastpath.snapshot(TABLE).endpoints) == [(xds.ENDPOINTS, spared.endpoints)]
+
+
+@contextlib.contextmanager
+def _four_engine_door(tmp: pathlib.Path) -> Iterator[dict]:
+    """Envoy fed by a real `Discovery`: one model on four engines, each an Upstream of its own."""
+    upstreams = [Upstream() for _ in range(4)]
+    parts: dict[str, object] = {}
+
+    async def setup(server: grpc.aio.Server):
+        sockets = [await asyncio.start_server(u.handle, "127.0.0.1", 0) for u in upstreams]
+        addresses = tuple(f"127.0.0.1:{s.sockets[0].getsockname()[1]}" for s in sockets)
+        parts["addresses"], parts["route"] = addresses, CountingRoute(addresses[0])
+        parts["table"] = routes.Table(routes={"spread": _route("spread", addresses)})
+        parts["discovery"] = xds.Discovery(fastpath.snapshot(parts["table"]))
+        pb_grpc.add_ExternalProcessorServicer_to_server(parts["route"], server)
+        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(parts["discovery"], server)
+        return lambda: [s.close() for s in sockets]
+
+    with envoy_beside(tmp, setup, observe=False) as running:
+        yield {"url": f"{running.listen_url}/v1", "upstreams": upstreams, "loop": running.loop,
+               "running": running, **parts}
+
+
+def _spread(door: dict, conversations: int) -> list[int]:
+    """How many of `conversations` (each its own prompt) each engine got; none took the picker."""
+    before, streams = [len(u.seen) for u in door["upstreams"]], door["route"].streams
+    for n in range(conversations):
+        body = {"model": "spread", "messages": [{"role": "user", "content": f"conversation {n} " * 40}]}
+        response = httpx.post(f"{door['url']}/chat/completions", json=body, timeout=10)
+        assert response.status_code == 200, response.text
+    assert door["route"].streams == streams
+    return [len(u.seen) - b for u, b in zip(door["upstreams"], before)]
+
+
+def test_envoy_spares_an_overloaded_engine_and_uses_it_again_once_it_is_back(tmp_path: pathlib.Path) -> None:
+    with _four_engine_door(tmp_path) as door:
+        assert min(_spread(door, 60)) > 0  # the ring gives each engine some conversations
+
+        def spare(*indexes: int) -> None:
+            _update(door, fastpath.snapshot(door["table"], spared=frozenset(
+                ("spread", door["addresses"][i]) for i in indexes)))
+
+        for spared in [(0,), (0, 1, 2)]:  # one of four; all but one (two replicas: one of two)
+            spare(*spared)
+            deadline = time.monotonic() + 30
+            while any((counts := _spread(door, 60))[i] for i in spared):
+                assert time.monotonic() < deadline, f"Envoy kept sending to a spared engine: {counts}"
+            assert all(c > 0 for i, c in enumerate(counts) if i not in spared), counts
+        spare()
+        deadline = time.monotonic() + 30
+        while min(counts := _spread(door, 60)) == 0:
+            assert time.monotonic() < deadline, f"an engine stayed spared once back: {counts}"
+        assert _rejections(door) == 0, door["running"].log()[-2000:]
