@@ -138,11 +138,16 @@ class CountingRoute(pb_grpc.ExternalProcessorServicer):
             pass
 
 
+SLOW_STREAM, STREAM_EVENTS = b"slow-stream", 60
+
+
 class Upstream:
-    """An engine stand-in: answers every request with a JSON body and keeps the headers it got."""
+    """An engine stand-in: answers every request with a JSON body and keeps the headers it got; a
+    request that says SLOW_STREAM gets an event stream instead, STREAM_EVENTS events 0.1 s apart."""
 
     def __init__(self) -> None:
         self.seen: list[dict[str, str]] = []
+        self.streamed_until = 0.0  # when its last slow stream ended (monotonic)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -150,8 +155,20 @@ class Upstream:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
-                await reader.readexactly(int(headers.get("content-length", "0")))
+                request = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.seen.append(headers)
+                if SLOW_STREAM in request:  # an event every 0.1 s for STREAM_EVENTS events
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                                 b"transfer-encoding: chunked\r\n\r\n")
+                    for index in range(STREAM_EVENTS):
+                        event = b"data: %d\n\n" % index
+                        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                        await writer.drain()
+                        await asyncio.sleep(0.1)
+                    writer.write(b"0\r\n\r\n")
+                    await writer.drain()
+                    self.streamed_until = time.monotonic()
+                    continue
                 body = b'{"object":"chat.completion","choices":[]}'
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
                              % (len(body), body))
@@ -354,3 +371,21 @@ def test_envoy_spares_an_overloaded_engine_and_uses_it_again_once_it_is_back(tmp
         while min(counts := _spread(door, 60)) == 0:
             assert time.monotonic() < deadline, f"an engine stayed spared once back: {counts}"
         assert _rejections(door) == 0, door["running"].log()[-2000:]
+
+
+def test_a_stream_running_on_an_engine_that_is_spared_runs_to_its_end(tmp_path: pathlib.Path) -> None:
+    with _four_engine_door(tmp_path) as door:
+        before = [len(u.seen) for u in door["upstreams"]]
+        body = {"model": "spread", "messages": [{"role": "user", "content": SLOW_STREAM.decode()}]}
+        with httpx.stream("POST", f"{door['url']}/chat/completions", json=body, timeout=30) as response:
+            events = (line for line in response.iter_lines() if line.startswith("data: "))
+            assert next(events) == "data: 0"
+            (engine,) = [i for i, u in enumerate(door["upstreams"]) if len(u.seen) > before[i]]
+            _update(door, fastpath.snapshot(door["table"], spared=frozenset({("spread", door["addresses"][engine])})))
+            deadline = time.monotonic() + 30
+            while _spread(door, 20)[engine]:
+                assert time.monotonic() < deadline, "Envoy never ran the spared endpoints"
+            spared_at = time.monotonic()
+            rest = list(events)
+        assert rest == [f"data: {i}" for i in range(1, STREAM_EVENTS)]  # every event, none lost
+        assert door["upstreams"][engine].streamed_until > spared_at  # it ran on after the spare took hold
