@@ -299,7 +299,9 @@ def test_a_client_that_leaves_aborts_the_request_in_vllm(pair: Pair) -> None:
     print(f"\nfull {max_tokens}-token stream {full_s:.2f} s; the client left at the headers: "
           + "; ".join(f"{made:.0f} of {max_tokens} tokens made, idle within {s:.3f} s, {r} upstream reset"
                       for made, s, r in tries))
-    assert all(r == 1 for _, _, r in tries), tries
-    assert any(made < max_tokens / 2 for made, _, _ in tries), tries
+    # A try whose engine had made every token before the client left has nothing to reset (CI saw
+    # 3,000 of 3,000 made and no reset once); every try the engine had not finished has one.
+    assert all(r == 1 for made, _, r in tries if made < max_tokens), tries
+    assert any(made < max_tokens / 2 and r == 1 for made, _, r in tries), tries
     assert all(s < full_s / 2 for _, s, _ in tries), (tries, full_s)
     assert pair.fleet.alive()
