@@ -120,9 +120,10 @@ def fell_at(runs: list[Run]) -> float | None:
 
 def scale_down(runs: list[Run]) -> tuple[float, float] | None:
     """(when the recommendation fell for good, when the count went from 2 to 1), from the runs;
-    None before the count went down."""
-    down = next((i for i, (_, _, des, _, _) in enumerate(runs)
-                 if des < 2 and any(r[2] == 2 for r in runs[:i])), None)
+    None before the count went down. The last such step: a fresh-clone run saw desired go 2, 1, 2
+    within seven seconds during the scale-up (runs at +0.0 s: 3/2, +1.1 s: 1/1, +7.2 s: 6/2), and
+    the first step down then read as the scale-down (reported in the stop's note)."""
+    down = next((i for i in range(len(runs) - 1, 0, -1) if runs[i][2] < 2 and runs[i - 1][2] == 2), None)
     if down is None:
         return None
     fall = fell_at(runs[:down])
@@ -180,8 +181,8 @@ def _remembered_across(cluster: LocalCluster, kubectl: Kubectl, interrupt: Calla
         after = interrupt()
         down_state = eventually(lambda: (s := _state(kubectl))["desired"] == 1 and s["workload"] == 1 and s,
                                 timeout=WINDOW_S + 180, what=f"the scale-down after {what}")
-        fell, down = eventually(lambda: scale_down(stored.timeline()), timeout=30,
-                                what="the scale-down in the ConfigMap")
+        fell, down = eventually(lambda: (r := scale_down(stored.timeline())) is not None and r[1] > fall and r,
+                                timeout=30, what="the scale-down in the ConfigMap")
     runs = stored.timeline()
     print(f"\n{what}: recommendation fell at {fall:.1f}, interrupted, next operator from {after:.1f}")
     for run in runs:
