@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from shardwise.api import checks, extra_args, images, model_ids
+from shardwise.api import workload as workload_fit
 from shardwise.api.names import MAX_REPLICAS
 
 GROUP = "shardwise.io"
@@ -614,6 +615,14 @@ class InferenceDeploymentSpec(_Model):
             raise ValueError("spec.adapters: an adapter may not take the base model's served name (model.servedName)")
         return self
 
+    @model_validator(mode="after")
+    def _workload_fits(self) -> InferenceDeploymentSpec:  # workload_fit.CEL_RULE, for files read offline
+        problem = workload_fit.context_problem(self.workload.promptTokens, self.workload.outputTokens,
+                                               self.serving.maxModelLen)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
         "rule": "!has(self.adapters) || self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))",
         "message": "spec.adapters: each adapter needs a name of its own", "fieldPath": ".adapters",
@@ -631,7 +640,7 @@ class InferenceDeploymentSpec(_Model):
         "optionalOldSelf": True,
         "message": "spec.replicas and spec.autoscaling cannot both be set: with autoscaling, shardwise owns the "
                    "replica count (between autoscaling.minReplicas and maxReplicas); remove spec.replicas",
-    }]})
+    }, workload_fit.CEL_RULE]})
 
 
 class Condition(_Model):

@@ -151,6 +151,8 @@ def parse_spec(infd: Mapping[str, Any]) -> api.InferenceDeploymentSpec | str:
         return api.InferenceDeploymentSpec.model_validate(infd.get("spec") or {})
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
+        if not first["loc"]:  # a rule across fields (a model validator): its sentence names them itself
+            return str(first["msg"]).removeprefix("Value error, ")
         return f"spec.{'.'.join(map(str, first['loc']))}: {first['msg']}"
 
 
