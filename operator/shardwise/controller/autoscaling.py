@@ -49,6 +49,8 @@ class Autoscaler:
     The deployments come from the informer cache and the due times from a dict, so a tick makes
     no API request unless an evaluation is due. Only the leader evaluates; status writes carry
     the resourceVersion they were computed from (a 409 retries the evaluation a second later).
+    A decision goes into the History only once its status write succeeded: one that was never
+    applied must not start a stabilization window.
     """
 
     def __init__(self, kube: Cluster, settings: Settings, latest: Callable[[str, str], Summary | None],
@@ -62,6 +64,10 @@ class Autoscaler:
         self._clock = clock
         self._due: dict[tuple[str, str], float] = {}
         self._history: dict[tuple[str, str], History] = {}
+        # The resourceVersion each of our status writes was made over. While the cache still shows
+        # it, the cache predates that write: deciding from it would decide the same change again
+        # from the old status (compared for equality only: resourceVersions are opaque).
+        self._written_over: dict[tuple[str, str], str] = {}
         self._store = autoscaling_store.HistoryStore(kube, settings.namespace)
         self._quiet = QuietLog(log, "autoscaling")
 
@@ -89,7 +95,7 @@ class Autoscaler:
             period = float(autoscaling.get("evaluationPeriodSeconds") or 30)
             # The first evaluation waits one period: the metrics window needs something in it.
             due = self._due.setdefault(key, now + period)
-            if now < due:
+            if now < due or self._cache_behind(key, item):  # behind: evaluated once it catches up
                 continue
             self._due[key] = now + period
             try:
@@ -106,10 +112,18 @@ class Autoscaler:
         for key in [k for k in self._due if k not in seen]:
             del self._due[key]
             self._history.pop(key, None)
+            self._written_over.pop(key, None)
             self._store.forget(*key)
         self._store.flush()
         if failed:
             raise RuntimeError(f"{len(failed)} deployments failed, first {failed[0]}")
+
+    def _cache_behind(self, key: tuple[str, str], cached: Mapping[str, Any]) -> bool:
+        written_over = self._written_over.get(key)
+        if written_over is not None and cached["metadata"].get("resourceVersion") == written_over:
+            return True
+        self._written_over.pop(key, None)
+        return False
 
     def wake(self, namespace: str, name: str) -> None:
         """Evaluate this deployment at the next tick: the gateway holds a request for it."""
@@ -135,23 +149,29 @@ class Autoscaler:
         merged = conditions.merge(status.get("conditions") or [], [conflict_condition(conflicting)],
                                   generation=generation, now=stamp)
         outcome = None
+        remember: Callable[[], None] = lambda: None
         update: dict[str, Any] = {"conditions": merged}
         if not conflicting:
             try:
-                outcome = self._decide(namespace, name, spec, status, stamp,
-                                       held=held_at_gateway(infd["metadata"].get("annotations") or {}, status))
+                outcome, remember = self._decide(namespace, name, spec, status, stamp,
+                                                 held=held_at_gateway(infd["metadata"].get("annotations") or {}, status))
                 update.update(outcome.update)
             except autoscale.PolicyError as exc:  # the CRD's rules catch most; say the rest
                 update["autoscaling"] = {**(status.get("autoscaling") or {}), "reason": f"invalid policy: {exc}"}
         patch = merge_patch(status, update)
         if patch:
-            self.kube.patch_status(namespace, name, patch, resource_version=infd["metadata"].get("resourceVersion"))
+            read = infd["metadata"].get("resourceVersion")
+            self.kube.patch_status(namespace, name, patch, resource_version=read)  # a 409 raises: nothing remembered
+            if read is not None:
+                self._written_over[(namespace, name)] = read
+        remember()
         for type_, reason, message in outcome.events if outcome else ():
             events.emit(self.kube, infd, type_=type_, reason=reason, message=message, now=stamp)
         return bool(outcome and outcome.changed)
 
     def _decide(self, namespace: str, name: str, spec: api.InferenceDeploymentSpec,
-                status: Mapping[str, Any], stamp: str, *, held: float = 0.0) -> Outcome:
+                status: Mapping[str, Any], stamp: str, *, held: float = 0.0) -> tuple[Outcome, Callable[[], None]]:
+        """The decision's status update, and what records it: to be called once it is written."""
         assert spec.autoscaling is not None
         policy = autoscale.policy_from_spec(spec.autoscaling.model_dump(mode="json"))
         others = [p for p in self.kube.list_gpu_pods()
@@ -170,12 +190,15 @@ class Autoscaler:
         if key not in self._history:  # first evaluation here: what the last leader remembered
             self._history[key] = self._store.load(namespace, name, now)
         decision = autoscale.decide(policy, obs, self._history[key], now)
-        recorded = self._history[key].record(decision, now)
-        self._history[key] = History(recorded.records[-MAX_HISTORY:], recorded.learned)
-        self._store.save(namespace, name, self._history[key], policy.evaluation_period_s, now)
-        if decision.direction is not autoscale.Direction.HOLD:
-            log.info("%s/%s: %s", namespace, name, decision.event_message())
-        else:
-            log.debug("%s/%s: hold at %d: %s", namespace, name, decision.desired_replicas, decision.reason)
-        return apply_decision(status, decision, capacity=capacity, stamp=stamp)
+
+        def remember() -> None:
+            recorded = self._history[key].record(decision, now)
+            self._history[key] = History(recorded.records[-MAX_HISTORY:], recorded.learned)
+            self._store.save(namespace, name, self._history[key], policy.evaluation_period_s, now)
+            if decision.direction is not autoscale.Direction.HOLD:
+                log.info("%s/%s: %s", namespace, name, decision.event_message())
+            else:
+                log.debug("%s/%s: hold at %d: %s", namespace, name, decision.desired_replicas, decision.reason)
+
+        return apply_decision(status, decision, capacity=capacity, stamp=stamp), remember
 
