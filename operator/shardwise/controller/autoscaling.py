@@ -152,9 +152,9 @@ class Autoscaler:
         remember: Callable[[], None] = lambda: None
         update: dict[str, Any] = {"conditions": merged}
         if not conflicting:
+            held = held_at_gateway(infd["metadata"].get("annotations") or {}, status)
             try:
-                outcome, remember = self._decide(namespace, name, spec, status, stamp,
-                                                 held=held_at_gateway(infd["metadata"].get("annotations") or {}, status))
+                outcome, remember = self._decide(namespace, name, spec, status, stamp, held=held)
                 update.update(outcome.update)
             except autoscale.PolicyError as exc:  # the CRD's rules catch most; say the rest
                 update["autoscaling"] = {**(status.get("autoscaling") or {}), "reason": f"invalid policy: {exc}"}
