@@ -1,5 +1,5 @@
 """`plan()` as the package exports it: the search's plan, with the nodes the inventory left out
-because Kubernetes cannot allocate their GPUs named in the reason.
+because Kubernetes cannot allocate their GPUs named in the reason, and what vLLM will load.
 
 The search (search.py) plans on the pools it is given; a node whose labels show GPUs but whose
 allocatable `nvidia.com/gpu` is missing or 0 is in no pool (inventory.py), so without this note a
@@ -22,8 +22,11 @@ def plan(
     prices: Mapping[str, float] | None = None,
     learned: Mapping[str, plans.Correction] | None = None,
 ) -> plans.Plan:
-    """search.plan, its reason ending with which nodes had no allocatable GPUs (if any)."""
+    """search.plan, its reason ending with which nodes had no allocatable GPUs (if any), and what
+    vLLM will load (`weights`: the format the memory was counted in, and a spec.model.dtype it
+    will not honour)."""
     result = search.plan(request, inv, prices=prices, learned=learned)
+    result = dataclasses.replace(result, weights=request.weights.to_dict())
     note = inventory.unallocatable_note(inv)
     if not note:
         return result

@@ -190,7 +190,11 @@ def _resolved_architecture(
 ) -> models.ModelArch | None:
     """The model's architecture from its config.json when the catalog and the spec lack it."""
     model = spec.get("model")
-    if not isinstance(model, Mapping) or not hfconfig.needs_config(model):
+    if not isinstance(model, Mapping):
+        return None
+    # A config handed over with --model-config is read even for a catalog model: it is the
+    # checkpoint's own word on how its weights are stored.
+    if not hfconfig.needs_config(model) and not model_config:
         return None
     from shardwise import hub  # lazily: only a model the catalog lacks needs the hub client
 
@@ -208,11 +212,31 @@ def _resolved_architecture(
     )
     advice = "set parameters, layers, hiddenSize, attentionHeads, or pass --model-config"
     try:
-        return hfconfig.resolve_architecture(model, files)
+        return hfconfig.resolve_architecture(model, files, catalogued_too=bool(model_config))
     except hub.HubError as error:
         raise _InputError(f"{fallback} ({error.reason}: {error.message}); {advice}") from None
     except hfconfig.ConfigError as error:
         raise _InputError(f"{fallback} ({files.where}: {error}); {advice}") from None
+
+
+def _weights_lines(result: plans.Plan) -> list[str]:
+    """WEIGHTS: the format vLLM loads and the GiB it counts; a dtype it will not honour, said."""
+    weights = result.weights or {}
+    loaded, stored = weights.get("format"), weights.get("storedFormat")
+    how = "as stored" if loaded == stored else (f"stored {stored}" if stored else "stored format unknown")
+    flag = f", --quantization {weights['quantization']}" if weights.get("quantization") else ""
+    line = f"WEIGHTS      {plan_request.format_words(str(loaded))} ({how}{flag})"
+    fit = result.memory
+    if fit is not None and result.tensor_parallel:
+        total = fit.weights_gib * result.tensor_parallel
+        line += f", {fit.weights_gib:.1f} GiB per GPU"
+        if (result.pipeline_parallel or 1) == 1:
+            line += f", {total:.1f} GiB in all"
+    lines = [line]
+    if weights.get("dtypeIgnored"):
+        lines.extend(textwrap.wrap(f"WARNING: {weights['dtypeIgnored']}", 100,
+                                   initial_indent=" " * 13, subsequent_indent=" " * 13))
+    return lines
 
 
 def _table(result: plans.Plan, arch: models.ModelArch | None = None) -> str:
@@ -226,6 +250,8 @@ def _table(result: plans.Plan, arch: models.ModelArch | None = None) -> str:
                 100, initial_indent="MODEL        ", subsequent_indent=" " * 13,
             )
         )
+    if result.weights:
+        lines.extend(_weights_lines(result))
     if result.tensor_parallel:
         lines.append(
             f"LAYOUT       TP{result.tensor_parallel} x PP{result.pipeline_parallel}: "

@@ -80,6 +80,12 @@ class _Shapes:
     shared_width: int  # intermediate size of the always-on shared expert(s); 0 without
     moe_layers: int
     qkv_bias: bool
+    # Multi-head latent attention (DeepSeek V2/V3, Kimi K2): ranks and head widths; 0 without.
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_dim: int = 0
+    qk_nope_dim: int = 0
+    v_head_dim: int = 0
 
 
 def _number(config: Mapping[str, Any], *keys: str, default: int | None = None) -> int | None:
@@ -132,6 +138,12 @@ def _shapes(config: Mapping[str, Any]) -> _Shapes:
     heads = _required(text, "num_attention_heads", "n_head")
     kv_heads = _number(text, "num_key_value_heads", "num_kv_heads", default=heads) or heads
     head_dim = _number(text, "head_dim") or hidden // heads
+    kv_lora = _number(text, "kv_lora_rank", default=0) or 0
+    rope_dim = _number(text, "qk_rope_head_dim", default=0) or 0
+    if kv_lora:
+        # MLA caches one latent of kv_lora_rank + qk_rope_head_dim per token and layer, shared by K
+        # and V and by every head: as the catalog encodes it, 1 KV head of half that width.
+        kv_heads, head_dim = 1, (kv_lora + rope_dim) // 2
     if head_dim < 1:
         raise ConfigError(f"hidden_size {hidden} / num_attention_heads {heads} is below one")
     experts = _number(text, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0
@@ -168,6 +180,11 @@ def _shapes(config: Mapping[str, Any]) -> _Shapes:
         moe_layers=_moe_layer_count(text, layers) if experts else 0,
         # Qwen2 has q/k/v biases without saying so; others say attention_bias.
         qkv_bias=bool(text.get("attention_bias")) or text.get("model_type") == "qwen2",
+        q_lora_rank=_number(text, "q_lora_rank", default=0) or 0,
+        kv_lora_rank=kv_lora,
+        qk_rope_dim=rope_dim,
+        qk_nope_dim=_number(text, "qk_nope_head_dim", default=0) or 0,
+        v_head_dim=_number(text, "v_head_dim", default=0) or 0,
     )
 
 
@@ -191,11 +208,23 @@ class ParameterCount:
         return self.total - self.expert + self.active_expert
 
 
+def _mla_attention(s: _Shapes) -> int:
+    """One MLA layer's projections: q (through q_lora_rank when set), the joint KV down-projection
+    with its rope part, the KV up-projection to every head's nope key and value, and the output."""
+    q_width = s.heads * (s.qk_nope_dim + s.qk_rope_dim)
+    query = s.hidden * s.q_lora_rank + s.q_lora_rank * q_width if s.q_lora_rank else s.hidden * q_width
+    kv_down = s.hidden * (s.kv_lora_rank + s.qk_rope_dim)
+    kv_up = s.kv_lora_rank * s.heads * (s.qk_nope_dim + s.v_head_dim)
+    return query + kv_down + kv_up + s.heads * s.v_head_dim * s.hidden
+
+
 def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
     """Parameters from config.json's shapes alone (gated MLPs: gate, up and down projections)."""
     s = _shapes(config)
     attention = s.hidden * s.head_dim * (2 * s.heads + 2 * s.kv_heads)
-    if s.qkv_bias:
+    if s.kv_lora_rank:
+        attention = _mla_attention(s)
+    elif s.qkv_bias:
         attention += (s.heads + 2 * s.kv_heads) * s.head_dim
     dense_layers = s.layers - s.moe_layers
     one_expert = 3 * s.hidden * s.expert_width
@@ -220,6 +249,28 @@ def _quantization(config: Mapping[str, Any]) -> tuple[str | None, Mapping[str, A
     return method, raw
 
 
+def _compressed_bits(raw: Mapping[str, Any]) -> float:
+    """Weight bits of a compressed-tensors checkpoint (llm-compressor's FP8, W8A8, W4A16): the
+    first config group's weights.num_bits."""
+    groups = raw.get("config_groups")
+    if isinstance(groups, Mapping):
+        for group in groups.values():
+            weights = group.get("weights") if isinstance(group, Mapping) else None
+            if isinstance(weights, Mapping) and weights.get("num_bits"):
+                return float(weights["num_bits"])
+    raise ConfigError("quantization_config (compressed-tensors) names no weights.num_bits")
+
+
+def stored_format(config: Mapping[str, Any]) -> str:
+    """How the checkpoint stores its weights: the quantization_config's method, else torch_dtype
+    (fp32 checkpoints included: vLLM's --dtype auto loads them as 16-bit)."""
+    method, _ = _quantization(config)
+    if method:
+        return method
+    text = text_config(config)
+    return str(text.get("torch_dtype") or text.get("dtype") or "bfloat16").lower()
+
+
 def _computed_weight_bytes(count: ParameterCount, method: str, raw: Mapping[str, Any]) -> float:
     """Bytes of a quantized checkpoint from its shapes: what the method quantizes at its width,
     the rest (embeddings, lm_head, norms, and whatever modules_to_not_convert keeps) at 16 bits."""
@@ -233,8 +284,13 @@ def _computed_weight_bytes(count: ParameterCount, method: str, raw: Mapping[str,
         return linear * (bits / 8 + _INT4_GROUP_OVERHEAD) + rest * 2
     if method in ("fp8", "fbgemm_fp8"):
         return linear * 1 + rest * 2
+    if method == "compressed-tensors":
+        bits = _compressed_bits(raw)
+        overhead = _INT4_GROUP_OVERHEAD if bits < 8 else 0.0
+        return linear * (bits / 8 + overhead) + rest * 2
     raise ConfigError(f"quantization_config.quant_method {method!r} is not one the planner knows "
-                      "(fp8, awq, gptq, mxfp4); set spec.model.architecture.parameters")
+                      "(fp8, awq, gptq, mxfp4, compressed-tensors); set "
+                      "spec.model.architecture.parameters")
 
 
 def _metadata_bytes(parameters: Mapping[str, int], method: str | None) -> float:
@@ -320,6 +376,7 @@ def arch_from_config(
         quantization=method,
         sliding_window=window if sliding else None,
         sliding_layers=sliding,
+        stored_format=stored_format(config),
     )
 
 
@@ -339,6 +396,12 @@ def _sliding(text: Mapping[str, Any], layers: int) -> tuple[int | None, int]:
     return window, layers
 
 
+def _fully_given(model_spec: Mapping[str, Any]) -> bool:
+    given = model_spec.get("architecture") or {}
+    required = ("parameters", "layers", "hiddenSize", "attentionHeads")
+    return isinstance(given, Mapping) and all(given.get(key) is not None for key in required)
+
+
 def needs_config(model_spec: Mapping[str, Any]) -> bool:
     """True when neither the catalog nor spec.model.architecture gives the planner its numbers."""
     name = str(model_spec.get("name") or "").strip()
@@ -350,14 +413,18 @@ def needs_config(model_spec: Mapping[str, Any]) -> bool:
 
 
 def resolve_architecture(
-    model_spec: Mapping[str, Any], files: RepoFiles
+    model_spec: Mapping[str, Any], files: RepoFiles, *, catalogued_too: bool = False
 ) -> models.ModelArch | None:
     """The architecture to plan `spec.model` with when the catalog lacks it and the spec does not
     give it, read through `files`; None when no reading is needed (catalog or spec suffice).
+    `catalogued_too`: read it for a catalog model as well (a config handed over by the user is
+    the checkpoint's own word on its stored format).
 
     Raises ConfigError when config.json is missing or unusable; whatever `files` raises (the hub's
     refusal, shardwise.hub.HubError) passes through."""
-    if not needs_config(model_spec):
+    catalogued = bool(str(model_spec.get("name") or "").strip()) and not needs_config(model_spec)
+    if not needs_config(model_spec) and not (catalogued_too and catalogued
+                                             and not _fully_given(model_spec)):
         return None
     config = files.read_json(CONFIG_FILE)
     if config is None:
@@ -391,6 +458,8 @@ def describe(arch: models.ModelArch) -> dict[str, Any]:
         shown["weightBytes"] = arch.weight_bytes
     if arch.quantization:
         shown["quantization"] = arch.quantization
+    if arch.stored_format:
+        shown["storedFormat"] = arch.stored_format
     if arch.sliding_window:
         shown["slidingWindow"] = arch.sliding_window
         shown["slidingLayers"] = arch.sliding_layers

@@ -8,6 +8,7 @@ strips those decorations before giving up; `spec.model.architecture` covers ever
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass
@@ -35,6 +36,10 @@ class ModelArch:
     quantization: str | None = None  # the checkpoint's quant_method: fp8, awq, gptq, mxfp4
     sliding_window: int | None = None  # tokens a sliding-window layer keeps in its KV cache
     sliding_layers: int = 0  # layers with that window; the others keep the whole sequence
+    # How the checkpoint stores its weights: a torch dtype ("bfloat16", "float16") or the
+    # quantization_config's method ("fp8", "awq", "gptq", "mxfp4", "compressed-tensors"); None
+    # when not known (an architecture given only in the spec). vLLM loads it as stored.
+    stored_format: str | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -94,6 +99,7 @@ def _catalog() -> tuple[dict[str, ModelArch], dict[str, ModelArch]]:
             ),
             source=str(entry["source"]),
             context_length=int(entry["contextLength"]) if "contextLength" in entry else None,  # type: ignore[call-overload]
+            stored_format=str(entry.get("storedFormat", "bfloat16")),
         )
         by_key.setdefault(_model_key(model_id), arch)
         for repo in entry["names"]:  # type: ignore[attr-defined]
@@ -103,12 +109,26 @@ def _catalog() -> tuple[dict[str, ModelArch], dict[str, ModelArch]]:
     return by_repo, by_key
 
 
+# A quantized re-upload names its format (Qwen2.5-72B-Instruct-AWQ, Qwen3-32B-FP8,
+# Qwen2.5-7B-Instruct-GPTQ-Int4): the catalog's shapes hold, its stored format does not.
+_NAMED_FORMAT = (("awq", "awq"), ("gptq", "gptq"), ("fp8", "fp8"))
+
+
+def _format_in_name(name: str) -> str | None:
+    words = set(re.split(r"[-_.]", name.strip().lower().rsplit("/", 1)[-1]))
+    return next((fmt for word, fmt in _NAMED_FORMAT if word in words), None)
+
+
 def lookup_model(name: str) -> ModelArch | None:
-    """The catalog entry for a Hugging Face repo id, or None when the model is unknown."""
+    """The catalog entry for a Hugging Face repo id, or None when the model is unknown. An entry
+    found by its decorations alone takes the stored format its name says (-AWQ, -GPTQ, -FP8)."""
     by_repo, by_key = _catalog()
     lowered = name.strip().lower()
-    return (
-        by_repo.get(lowered)
-        or by_repo.get(lowered.rsplit("/", 1)[-1])
-        or by_key.get(_model_key(name))
-    )
+    exact = by_repo.get(lowered) or by_repo.get(lowered.rsplit("/", 1)[-1])
+    if exact is not None:
+        return exact
+    found = by_key.get(_model_key(name))
+    named = _format_in_name(name)
+    if found is not None and named is not None and named != found.stored_format:
+        return dataclasses.replace(found, stored_format=named)
+    return found

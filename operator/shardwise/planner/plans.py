@@ -96,6 +96,8 @@ class Plan:
     memory: memory.MemoryFit | None = None
     alternatives: tuple[Plan, ...] = ()
     rejected_because: str | None = None
+    # What vLLM loads (request.Weights.to_dict()): the chosen plan's, not each alternative's.
+    weights: dict[str, Any] | None = None
 
     def _body(self) -> dict[str, Any]:
         fit = self.memory
@@ -130,6 +132,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """camelCase JSON-ready dict: the contract of `shardwise plan -o json` and status.plan."""
         body = self._body()
+        if self.weights is not None:
+            body["weights"] = dict(self.weights)
         body["alternatives"] = [
             {**alternative._body(), "rejectedBecause": alternative.rejected_because or ""}
             for alternative in self.alternatives

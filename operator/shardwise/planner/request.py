@@ -17,6 +17,7 @@ import pydantic
 from shardwise import pricing
 from shardwise.api import bounds, extra_args, images, lora, model_ids
 from shardwise.api import v1alpha1 as api
+from shardwise.api import workload as workload_fit
 from shardwise.planner import models, placement
 
 OBJECTIVES = ("Latency", "Throughput", "Cost")
@@ -25,7 +26,63 @@ OBJECTIVES = ("Latency", "Throughput", "Cost")
 # points and unquantized embeddings add a few percent, which the overhead term absorbs.
 _DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0}
 _QUANTIZATION_BYTES = {"awq": 0.5, "gptq": 0.5}
-_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "auto": "bfloat16"}
+_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+DTYPES = ("auto", *_DTYPE_BYTES)
+# Checkpoints stored unquantized: --dtype (or auto) sets their width. Any other stored format is a
+# quantization_config, which vLLM applies whatever --dtype says: the weights load as stored.
+_UNQUANTIZED = {"bfloat16": 2.0, "float16": 2.0, "float32": 2.0}
+# Bytes per weight of a quantized format when the checkpoint's own byte count is unknown (the
+# catalog's entries): GPU-FACTS.md "Memory"; MXFP4 4 bits plus one 8-bit scale per 32 values.
+_STORED_BYTES = {"fp8": 1.0, "fbgemm_fp8": 1.0, "awq": 0.5, "gptq": 0.5, "mxfp4": 0.5 + 1 / 32}
+_FORMAT_WORDS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What vLLM will load, against what the spec asked: the plan counts `loaded`."""
+
+    loaded: str  # "bfloat16", "fp8", "awq", "mxfp4", ...
+    stored: str | None  # the checkpoint's own format; None when not known
+    quantization_flag: str | None  # `--quantization`, only where it changes what is loaded
+    ignored: str | None = None  # a sentence when spec.model.dtype/quantization is not honoured
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"format": self.loaded, "storedFormat": self.stored}
+        if self.quantization_flag:
+            body["quantization"] = self.quantization_flag
+        if self.ignored:
+            body["dtypeIgnored"] = self.ignored
+        return body
+
+
+def format_words(fmt: str) -> str:
+    return _FORMAT_WORDS.get(fmt, fmt)
+
+
+def weights_for(model_name: str, dtype: str, quantization: str | None,
+                arch: models.ModelArch) -> Weights:
+    """What vLLM loads for `dtype`/`quantization` asked of a checkpoint stored as
+    `arch.stored_format`: a quantized checkpoint as stored (and what was asked, if different, is
+    said); an unquantized one at the width asked, fp8 through vLLM's online quantization."""
+    stored = arch.stored_format
+    if stored is not None and stored not in _UNQUANTIZED:
+        asked = quantization or dtype
+        ignored = None
+        if asked not in ("auto", stored) and not (asked == "fp8" and stored == "fbgemm_fp8"):
+            field = "quantization" if quantization else "dtype"
+            ignored = (f"spec.model.{field} {asked} is not what vLLM loads: the checkpoint of "
+                       f"{model_name} is stored as {format_words(stored)} (its quantization_config), "
+                       f"which vLLM loads as stored whatever --dtype says; planned as "
+                       f"{format_words(stored)}. Set spec.model.dtype auto (or leave it unset) to "
+                       "say so, or name an unquantized checkpoint")
+        return Weights(loaded=stored, stored=stored, quantization_flag=None, ignored=ignored)
+    if quantization:
+        return Weights(loaded=quantization, stored=stored, quantization_flag=quantization)
+    if dtype == "fp8":
+        return Weights(loaded="fp8", stored=stored, quantization_flag="fp8")
+    if dtype == "auto":
+        return Weights(loaded=stored or "bfloat16", stored=stored, quantization_flag=None)
+    return Weights(loaded=dtype, stored=stored, quantization_flag=None)
 
 _DEFAULT_MAX_MODEL_LEN = 8192
 _DEFAULT_MAX_CONCURRENCY = 16
@@ -69,23 +126,32 @@ class PlanRequest:
     lora_rank: int = 0  # and their rank (--max-lora-rank)
 
     @property
+    def weights(self) -> Weights:
+        return weights_for(self.model_name, self.dtype, self.quantization, self.arch)
+
+    @property
     def bytes_per_weight(self) -> float:
-        if self.quantization:
-            return _QUANTIZATION_BYTES[self.quantization]
-        if self.arch.weight_bytes:
+        loaded = self.weights
+        if self.arch.weight_bytes and loaded.loaded == loaded.stored:
             # A quantized checkpoint read from its config.json: vLLM loads it as stored, whatever
             # the activation dtype, so its bytes on disk are its bytes in memory.
             return self.arch.weight_bytes / self.arch.parameters
-        return _DTYPE_BYTES[self.dtype]
+        if loaded.loaded in _STORED_BYTES:
+            return _STORED_BYTES[loaded.loaded]
+        return _UNQUANTIZED.get(loaded.loaded, 2.0)
+
+    @property
+    def fp8_compute(self) -> bool:
+        """FP8 weights, which Hopper and later multiply at FP8 rate (performance.py)."""
+        return self.weights.loaded in ("fp8", "fbgemm_fp8")
 
     @property
     def weight_format(self) -> str:
-        """How weights are stored, in words for reasons: "bf16", "fp8", "awq int4", "mxfp4"."""
-        if self.quantization:
-            return f"{self.quantization} int4"
-        if self.arch.weight_bytes and self.arch.quantization:
-            return self.arch.quantization
-        return {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8"}[self.dtype]
+        """What vLLM loads, in words for reasons: "bf16", "fp8", "awq int4", "mxfp4"."""
+        loaded = self.weights.loaded
+        if loaded in ("awq", "gptq"):
+            return f"{loaded} int4"
+        return format_words(loaded)
 
 
 def _section(spec: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -221,6 +287,8 @@ def _architecture(
             base.source if base is not None and resolved is None and not given
             else "spec.model.architecture" + (f" over {resolved.source}" if resolved else "")
         ),
+        # How the checkpoint is stored does not change with the shapes the spec overrides.
+        stored_format=base.stored_format if base is not None else None,
         **config_facts,
     )
 
@@ -345,10 +413,11 @@ def request_from_spec(
     if not isinstance(architecture, Mapping):
         raise PlanInputError("spec.model.architecture", "must be an object")
 
-    dtype = str(model.get("dtype") or "bfloat16").lower()
+    # auto, the default: the checkpoint's own format (weights_for).
+    dtype = str(model.get("dtype") or "auto").lower()
     dtype = _DTYPE_ALIASES.get(dtype, dtype)
-    if dtype not in _DTYPE_BYTES:
-        raise PlanInputError("spec.model.dtype", f"must be bfloat16, float16 or fp8, got {dtype!r}")
+    if dtype not in DTYPES:
+        raise PlanInputError("spec.model.dtype", f"must be auto, bfloat16, float16 or fp8, got {dtype!r}")
     quantization = model.get("quantization")
     if quantization is not None:
         quantization = str(quantization).lower()
@@ -395,15 +464,23 @@ def request_from_spec(
         except ValueError as error:
             raise PlanInputError("spec.pricing.gpuHourUSD", str(error)) from None
 
+    max_model_len: int = _positive_int(  # type: ignore[assignment]  # never None: it has a default
+        serving.get("maxModelLen"), "spec.serving.maxModelLen", _DEFAULT_MAX_MODEL_LEN,
+        bounds.of(api.ServingSpec, "maxModelLen"),
+    )
+    workload = _workload(spec)
+    # Predictions for requests the engine would refuse are for traffic that cannot happen.
+    declared = {"promptTokens", "outputTokens"} & set(_section(spec, "workload"))
+    too_long = workload_fit.context_problem(workload["prompt_tokens"], workload["output_tokens"], max_model_len)
+    if declared and too_long is not None:
+        raise PlanInputError("spec.workload", too_long.removeprefix("spec.workload: "))
+
     return PlanRequest(
         model_name=name.strip(),
         arch=_architecture(name, architecture, resolved),
         dtype=dtype,
         quantization=quantization,
-        max_model_len=_positive_int(
-            serving.get("maxModelLen"), "spec.serving.maxModelLen", _DEFAULT_MAX_MODEL_LEN,
-            bounds.of(api.ServingSpec, "maxModelLen"),
-        ),  # type: ignore[arg-type]
+        max_model_len=max_model_len,
         max_concurrency=_positive_int(
             serving.get("maxConcurrency"), "spec.serving.maxConcurrency", _DEFAULT_MAX_CONCURRENCY,
             bounds.of(api.ServingSpec, "maxConcurrency"),
@@ -418,6 +495,6 @@ def request_from_spec(
         node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
         tolerations=_tolerations(placement_spec.get("tolerations") or []),
         gpu_hour_usd=price,
-        **_workload(spec),
+        **workload,
         **_lora(spec),
     )

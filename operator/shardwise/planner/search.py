@@ -106,7 +106,7 @@ def predict_layout(
         concurrency=request.concurrency,
         request_rate=request.request_rate,
         kv_capacity_tokens=fit.kv_room_tokens(request.max_model_len),
-        fp8_compute=request.dtype == "fp8",
+        fp8_compute=request.fp8_compute,
         batched_tokens=performance.default_batched_tokens(shape.gpu.memory_mib),
     )
     return performance.predict(work, _hardware(shape, lay), lay.tp, lay.pp)

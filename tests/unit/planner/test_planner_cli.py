@@ -18,6 +18,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DEPLOYMENTS = FIXTURES / "deployments"
 NODES = FIXTURES / "nodes"
 TOP_KEYS = {
+    "weights",
     "feasible",
     "tensorParallel",
     "pipelineParallel",
@@ -100,7 +101,7 @@ def test_fixture_plans(
     if result["predicted"]:
         assert set(result["predicted"]) == PREDICTED_KEYS
     for alternative in result["alternatives"]:
-        assert set(alternative) == TOP_KEYS - {"alternatives"} | {"rejectedBecause"}
+        assert set(alternative) == TOP_KEYS - {"alternatives", "weights"} | {"rejectedBecause"}
 
 
 def test_json_is_exactly_to_dict(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,8 @@ from shardwise.planner import gpus, models, placement
 
 def test_defaults() -> None:
     request = planner.request_from_spec({"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}})
-    assert (request.dtype, request.max_model_len, request.max_concurrency) == ("bfloat16", 8192, 16)
+    assert (request.dtype, request.max_model_len, request.max_concurrency) == ("auto", 8192, 16)
+    assert request.weights.loaded == "bfloat16" and request.bytes_per_weight == 2.0
     assert (request.gpu_memory_utilization, request.objective, request.bytes_per_weight) == (
         0.9,
         "Latency",

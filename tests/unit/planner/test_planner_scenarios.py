@@ -197,11 +197,29 @@ CASES = [
         reason_has=["39.7 GiB weights", "16 x 32768 tokens"],
     ),
     Case(
-        "deepseek-v3-bf16-too-big",
+        # Its checkpoint is FP8 (quantization_config): planned as stored, not as bf16 (1249.8 GiB,
+        # refused, before spec.model.dtype gained auto).
+        "deepseek-v3-as-stored-fp8",
         H100_X2,
         spec("deepseek-ai/DeepSeek-V3"),
+        tp=8,
+        pp=2,
+        reason_has=["39.7 GiB weights", "625 GiB of weights"],
+    ),
+    Case(
+        "deepseek-v3-bf16-asked-loads-fp8",
+        H100_X2,
+        spec("deepseek-ai/DeepSeek-V3", model_fields={"dtype": "bfloat16"}),
+        tp=8,
+        pp=2,
+        reason_has=["39.7 GiB weights"],
+    ),
+    Case(
+        "llama-405b-bf16-too-big",
+        [h100_node("h100-a")],
+        spec(LLAMA_405B, serving={"maxModelLen": 4096}),
         code="InsufficientGPUMemory",
-        reason_has=["1249.8 GiB of weights", "Weights alone"],
+        reason_has=["Weights alone"],
     ),
     Case(
         "full-cluster-not-schedulable",
