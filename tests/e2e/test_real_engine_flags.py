@@ -25,12 +25,15 @@ from tests.e2e.support import ROOT
 pytestmark = [pytest.mark.e2e, pytest.mark.real_engine, pytest.mark.timeout(1800)]  # a cold install: minutes
 
 OWNER = children.Owner(name="m", namespace="ns", uid="u")
-PRECISIONS = [{"dtype": "bfloat16"}, {"dtype": "float16"}, {"dtype": "fp8"},
+PRECISIONS = [{"dtype": "auto"}, {"dtype": "bfloat16"}, {"dtype": "float16"}, {"dtype": "fp8"},
               {"dtype": "float16", "quantization": "awq"}, {"dtype": "float16", "quantization": "gptq"}]
+# What the planner says is loaded (status.plan.weights) for the fp8 case: --quantization fp8 with
+# --dtype auto; the other precisions render from plans that predate `weights`, as stored plans do.
+WEIGHTS = {"fp8": {"format": "fp8", "storedFormat": "bfloat16", "quantization": "fp8"}}
 
 
-def _plan(tp: int, pp: int, nodes: int) -> dict[str, Any]:
-    return {"feasible": True, "tensorParallel": tp, "pipelineParallel": pp, "gpusPerReplica": tp * pp,
+def _plan(tp: int, pp: int, nodes: int, weights: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {**({"weights": weights} if weights else {}), "feasible": True, "tensorParallel": tp, "pipelineParallel": pp, "gpusPerReplica": tp * pp,
             "nodesPerReplica": nodes, "gpusPerNode": tp * pp // nodes, "gpuProduct": "NVIDIA-H100-80GB-HBM3",
             "interconnect": "nvswitch", "memory": {"weightsGiBPerGPU": 40.0}}
 
@@ -43,11 +46,12 @@ def _rendered_serve_args() -> dict[str, list[str]]:
             "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "servedName": "llama", **precision},
             "serving": {"maxModelLen": 8192, "maxConcurrency": 16, "gpuMemoryUtilization": 0.92}})
         tag = "+".join(precision.values())
-        single = children.render(OWNER, spec, _plan(8, 1, 1), 1)[0]
+        weights = WEIGHTS.get(str(precision.get("dtype")))
+        single = children.render(OWNER, spec, _plan(8, 1, 1, weights), 1)[0]
         container = single["spec"]["template"]["spec"]["containers"][0]
         assert container["command"] == ["vllm", "serve"]
         out[f"{tag} single-node"] = container["args"]
-        lws = children.render(OWNER, spec, _plan(8, 2, 2), 1, runtime_image="r")[0]
+        lws = children.render(OWNER, spec, _plan(8, 2, 2, weights), 1, runtime_image="r")[0]
         template = lws["spec"]["leaderWorkerTemplate"]
         for role, index in (("leader", "0"), ("worker", "1")):
             args = template[f"{role}Template"]["spec"]["containers"][0]["args"]

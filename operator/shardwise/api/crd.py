@@ -78,6 +78,8 @@ def _printer_columns() -> list[dict[str, Any]]:
         col("Replicas", "integer", ".status.replicas", "Serving replicas that exist.", 1),
         col("Desired", "integer", ".status.desiredReplicas", "Replicas shardwise wants.", 1),
         col("GPU", "string", ".status.plan.gpuProduct", "GPU product of the plan.", 1),
+        col("Weights", "string", ".status.plan.weights.format",
+            "What vLLM loads: the checkpoint's format (fp8, mxfp4, awq) or the dtype asked.", 1),
         col("ITL-P95", "number", ".status.latency.itlP95Ms", "Inter-token latency, p95, ms.", 1),
         col("Tok/s", "number", ".status.latency.outputTokensPerSecond", "Output tokens per second.", 1),
         col("USD/1M", "number", ".status.cost.perMillionOutputTokensUSD",

@@ -57,6 +57,7 @@ class _Model(BaseModel):
 
 
 class DType(str, Enum):
+    auto = "auto"
     bfloat16 = "bfloat16"
     float16 = "float16"
     fp8 = "fp8"
@@ -167,7 +168,14 @@ class ModelSpec(_Model):
         max_length=253,
         description="The `model` name clients send to the OpenAI-compatible API; defaults to the resource name.",
     )
-    dtype: DType = Field(DType.bfloat16, description="Weight precision: bfloat16, float16 or fp8.")
+    dtype: DType = Field(
+        DType.auto,
+        description="Weight precision. auto (the default): as the checkpoint stores them (its "
+        "quantization_config, e.g. DeepSeek-V3's fp8 or gpt-oss's mxfp4, else its torch_dtype). bfloat16 "
+        "or float16: 16-bit, for an unquantized checkpoint. fp8: an unquantized checkpoint quantized to FP8 "
+        "as vLLM loads it. vLLM loads a pre-quantized checkpoint as stored whatever this says; the plan "
+        "counts what it loads and the DtypeIgnored condition says when the two differ.",
+    )
     quantization: Quantization | None = Field(None, description="Pre-quantized int4 weights: awq or gptq.")
     architecture: Architecture | None = Field(
         None, description="Model shape for models the built-in catalog does not know (or overrides)."

@@ -130,6 +130,15 @@ def replicas_ignored(spec: InferenceDeploymentSpec) -> Condition:
                      f"change autoscaling.minReplicas/maxReplicas instead, or remove spec.autoscaling")
 
 
+def dtype_ignored(plan: dict[str, Any]) -> Condition:
+    """spec.model.dtype (or quantization) that vLLM will not honour for this checkpoint (bf16 asked
+    of an FP8 or MXFP4 one): it loads the weights as stored, and the plan counted those."""
+    said = (plan.get("weights") or {}).get("dtypeIgnored") if plan.get("feasible") else None
+    if not said:
+        return Condition("DtypeIgnored", False, "AsExpected", "")
+    return Condition("DtypeIgnored", True, "CheckpointStoredQuantized", said)
+
+
 def _failed(failure: Failure, counts: str = "") -> list[Condition]:
     """A failure that needs a person: not ready, not progressing (kstatus Stalled), degraded, with its reason."""
     message = f"{failure.message} ({counts})" if counts else failure.message
@@ -193,6 +202,7 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
 
     updates += kstatus_conditions(updates)
     updates.append(replicas_ignored(spec))
+    updates.append(dtype_ignored(plan))
     return {
         "observedGeneration": generation,
         "phase": phase,

@@ -34,7 +34,7 @@ def transitions(old_status: dict[str, Any], new_status: dict[str, Any]) -> list[
             continue
         if cond["type"] == "Ready" and cond["status"] == "True":
             out.append(("Normal", "Ready", cond["message"] or "all replicas ready"))
-        elif cond["type"] in ("Degraded", "ReplicasIgnored") and cond["status"] == "True":
+        elif cond["type"] in ("Degraded", "ReplicasIgnored", "DtypeIgnored") and cond["status"] == "True":
             out.append(("Warning", cond["reason"], cond["message"]))
         elif cond["type"] in ("Planned", "Routed") and cond["status"] == "False":
             out.append(("Warning", cond["reason"], cond["message"]))

@@ -14,9 +14,24 @@ from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 
 VLLM_PORT = 8000
 
-# vLLM's --dtype has no fp8; fp8 weights are a quantization method (dtype stays bf16 compute).
-_DTYPE_FLAGS = {"bfloat16": ["--dtype", "bfloat16"], "float16": ["--dtype", "float16"],
-                "fp8": ["--dtype", "bfloat16", "--quantization", "fp8"]}
+# vLLM's --dtype is the activation width and has no fp8: fp8 weights are a quantization method
+# (with `auto` activations). A pre-quantized checkpoint's quantization_config is read by vLLM
+# itself, so `--quantization` is rendered only where it changes what is loaded: fp8 asked of an
+# unquantized checkpoint (the plan's `weights.quantization`).
+_DTYPE_FLAG = {"auto": "auto", "bfloat16": "bfloat16", "float16": "float16", "fp8": "auto"}
+
+
+def _precision_flags(spec: InferenceDeploymentSpec, plan: dict[str, Any]) -> list[str]:
+    flags = ["--dtype", _DTYPE_FLAG[spec.model.dtype.value]]
+    weights = plan.get("weights")
+    if isinstance(weights, dict):
+        method = weights.get("quantization")
+    else:  # a plan written before it said what is loaded: what the spec asks, as it was rendered
+        method = spec.model.quantization.value if spec.model.quantization is not None else (
+            "fp8" if spec.model.dtype.value == "fp8" else None)
+        if spec.model.dtype.value == "fp8":
+            flags = ["--dtype", "bfloat16"]
+    return flags + (["--quantization", str(method)] if method else [])
 
 
 def served_model_name(spec: InferenceDeploymentSpec, resource_name: str) -> str:
@@ -34,8 +49,6 @@ def build_serve_args(spec: InferenceDeploymentSpec, plan: dict[str, Any], resour
         "--max-num-seqs", str(spec.serving.maxConcurrency),
         "--gpu-memory-utilization", str(spec.serving.gpuMemoryUtilization),
         "--port", str(VLLM_PORT),
-        *_DTYPE_FLAGS[spec.model.dtype.value],
+        *_precision_flags(spec, plan),
     ]
-    if spec.model.quantization is not None:
-        args += ["--quantization", spec.model.quantization.value]
     return args + lora.serve_flags(spec) + list(spec.serving.extraArgs)
