@@ -399,14 +399,24 @@ class PricingSpec(_Model):
     )
 
 
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
 class WorkloadSpec(_Model):
     """The traffic the planner's predictions are for: typical request shape and expected load."""
 
+    # No defaults in the CRD (the model's apply when unset), so its CEL rule can tell a declared
+    # workload from the defaults: only a declared one must fit serving.maxModelLen (api.workload).
     promptTokens: int = Field(
-        1024, ge=1, le=10_485_760, description="Typical prompt length in tokens; sets prefill cost (TTFT) and KV use."
+        workload_fit.DEFAULT_PROMPT_TOKENS, ge=1, le=10_485_760, json_schema_extra=_no_default,
+        description=f"Typical prompt length in tokens (default {workload_fit.DEFAULT_PROMPT_TOKENS}); sets "
+        "prefill cost (TTFT) and KV use. With outputTokens, at most serving.maxModelLen.",
     )
     outputTokens: int = Field(
-        256, ge=1, le=10_485_760, description="Typical output length in tokens; with promptTokens sizes the KV cache."
+        workload_fit.DEFAULT_OUTPUT_TOKENS, ge=1, le=10_485_760, json_schema_extra=_no_default,
+        description=f"Typical output length in tokens (default {workload_fit.DEFAULT_OUTPUT_TOKENS}); with "
+        "promptTokens sizes the KV cache.",
     )
     concurrency: int | None = Field(
         None, ge=1, le=100_000,
@@ -417,10 +427,6 @@ class WorkloadSpec(_Model):
         description="Expected request rate per replica (open loop); when set, predictions use it instead of "
         "concurrency, including queueing.",
     )
-
-
-def _no_default(schema: dict[str, Any]) -> None:
-    schema.pop("default", None)
 
 
 class RolloutSpec(_Model):
@@ -625,9 +631,10 @@ class InferenceDeploymentSpec(_Model):
 
     @model_validator(mode="after")
     def _workload_fits(self) -> InferenceDeploymentSpec:  # workload_fit.CEL_RULE, for files read offline
+        declared = self.workload.model_fields_set & {"promptTokens", "outputTokens"}
         problem = workload_fit.context_problem(self.workload.promptTokens, self.workload.outputTokens,
                                                self.serving.maxModelLen)
-        if problem is not None:
+        if declared and problem is not None:
             raise ValueError(problem)
         return self
 
