@@ -198,6 +198,7 @@ class ParameterCount:
     expert: float
     other: float  # routers, shared experts, norms, untied lm_head
     active_expert: float
+    shared_expert: float = 0.0  # the always-on shared experts: part of `other`, quantized like experts
 
     @property
     def total(self) -> float:
@@ -238,6 +239,7 @@ def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
         expert=float(s.moe_layers * s.experts * one_expert),
         other=float(s.moe_layers * per_moe_layer_other + norms + head),
         active_expert=float(s.moe_layers * s.experts_per_token * one_expert),
+        shared_expert=float(s.moe_layers * 3 * s.hidden * s.shared_width),
     )
 
 
@@ -273,8 +275,9 @@ def stored_format(config: Mapping[str, Any]) -> str:
 
 def _computed_weight_bytes(count: ParameterCount, method: str, raw: Mapping[str, Any]) -> float:
     """Bytes of a quantized checkpoint from its shapes: what the method quantizes at its width,
-    the rest (embeddings, lm_head, norms, and whatever modules_to_not_convert keeps) at 16 bits."""
-    linear = count.attention + count.dense_mlp + count.expert
+    the rest (embeddings, lm_head, norms, routers, and whatever modules_to_not_convert keeps) at 16
+    bits. Shared experts are linear layers like the routed ones, quantized with them."""
+    linear = count.attention + count.dense_mlp + count.expert + count.shared_expert
     rest = count.total - linear
     if method == "mxfp4":
         # gpt-oss: experts in MXFP4; attention, router, embeddings and lm_head stay bf16.

@@ -6,6 +6,7 @@ and tests/fixtures/hub-configs/."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,12 @@ from shardwise_runtime import vllm_flags
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DEEPSEEK = FIXTURES / "checkpoints/deepseek-ai/DeepSeek-V3"
-# (folder, the checkpoint's safetensors parameters per dtype, as the hub reports them)
+# repo -> its folder: config.json, and the checkpoint's bytes as checkpoint.json (or .hub.json) records them
 CHECKPOINTS = {
     "deepseek-ai/DeepSeek-V3": DEEPSEEK,
+    "Qwen/Qwen3-32B-AWQ": FIXTURES / "checkpoints/Qwen/Qwen3-32B-AWQ",
+    "Qwen/Qwen1.5-MoE-A2.7B-Chat-GPTQ-Int4": FIXTURES / "checkpoints/Qwen/Qwen1.5-MoE-A2.7B-Chat-GPTQ-Int4",
+    "Qwen/Qwen3-30B-A3B-Thinking-2507-FP8": FIXTURES / "checkpoints/Qwen/Qwen3-30B-A3B-Thinking-2507-FP8",
     "openai/gpt-oss-120b": FIXTURES / "hub-configs/openai/gpt-oss-120b",
     "openai/gpt-oss-20b": FIXTURES / "hub-configs/openai/gpt-oss-20b",
     "Qwen/Qwen3-32B": FIXTURES / "hub-configs/Qwen/Qwen3-32B",
@@ -44,18 +48,31 @@ def _config(folder: Path) -> dict[str, Any]:
 
 
 def _safetensors_bytes(folder: Path) -> float:
-    """The checkpoint's bytes: the hub's parameters per dtype x each dtype's width."""
+    """The checkpoint's bytes, from what was recorded: its files' sizes, every tensor's shape and
+    dtype, or the hub's parameters per dtype (x each dtype's width)."""
     meta = folder / "checkpoint.json"
-    published = json.loads((meta if meta.exists() else folder / ".hub.json").read_text())
+    published = json.loads((meta if meta.exists() else folder / ".hub.json").read_text())["safetensors"]
+    if "fileBytes" in published:
+        return float(sum(published["fileBytes"]))
+    if "tensors" in published:
+        width = hfconfig._DTYPE_BYTES
+        return float(sum(math.prod(t["shape"]) * width[t["dtype"]] * t["count"] for t in published["tensors"]))
     method = (_config(folder).get("quantization_config") or {}).get("quant_method")
-    return hfconfig._metadata_bytes(published["safetensors"]["parameters"], method)
+    return hfconfig._metadata_bytes(published["parameters"], method)
 
 
-def test_provenance_is_recorded() -> None:
-    published = json.loads((DEEPSEEK / "checkpoint.json").read_text())
-    assert published["repo"] == "deepseek-ai/DeepSeek-V3" and published["copiedOn"]
-    assert "github.com/" in published["config"]["copiedFrom"]
-    assert "github.com/" in published["safetensors"]["copiedFrom"]
+@pytest.mark.parametrize("repo", sorted(r for r in CHECKPOINTS if "checkpoints" in str(CHECKPOINTS[r])))
+def test_provenance_is_recorded(repo: str) -> None:
+    published = json.loads((CHECKPOINTS[repo] / "checkpoint.json").read_text())
+    assert published["repo"] == repo and published["copiedOn"]
+    assert published["config"]["url"].startswith(f"https://huggingface.co/{repo}/")
+    assert "GitHub" in published["config"]["copiedFrom"] or "github.com/" in published["config"]["copiedFrom"]
+    assert published["safetensors"]["copiedFrom"]
+
+
+def test_every_stored_format_is_covered() -> None:
+    formats = {hfconfig.stored_format(_config(folder)) for folder in CHECKPOINTS.values()}
+    assert {"fp8", "awq", "gptq", "mxfp4", "bfloat16"} <= formats
 
 
 @pytest.mark.parametrize("repo", sorted(CHECKPOINTS))
