@@ -47,7 +47,7 @@ from shardwise_runtime.sim.real import LOCAL_VLLM_CPU_IMAGE
 from shardwise.devcluster.cluster import LocalCluster
 from shardwise.devcluster.gateway import FrontDoor
 from shardwise.devcluster.processes import Process
-from shardwise.gateway import picker
+from shardwise.gateway.decide import picker
 from tests.e2e import real_engine_support as rs
 from tests.e2e.support import Kubectl, eventually
 

@@ -22,12 +22,12 @@ from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 from shardwise.decide import adaptercache
 from shardwise.render import modelcache as mc
 
-LOADED_ANNOTATION = "shardwise.io/loaded-adapters"  # gateway/routes.py LOADED_ADAPTERS_ANNOTATION
+LOADED_ANNOTATION = "shardwise.io/loaded-adapters"  # gateway/decide/routes.py LOADED_ADAPTERS_ANNOTATION
 FAILURES_ANNOTATION = "shardwise.io/adapter-failures"  # {name: {"reason", "message", "path"}}
 CONDITION = "AdaptersReady"
 
 # Reasons under which an adapter may still come; the gateway holds requests for these
-# (gateway/routes.py ADAPTER_ON_ITS_WAY) and refuses at once for every other one.
+# (gateway/decide/routes.py ADAPTER_ON_ITS_WAY) and refuses at once for every other one.
 LOADED, LOADING, NO_READY_REPLICA, DOWNLOADING = "Loaded", "Loading", "NoReadyReplica", "Downloading"
 WAITING = frozenset({LOADING, NO_READY_REPLICA, DOWNLOADING})
 RANK_ABOVE_LIMIT, FILES_MISSING, LOAD_FAILED = "RankAboveLimit", "AdapterFilesMissing", "AdapterLoadFailed"

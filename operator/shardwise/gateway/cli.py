@@ -9,7 +9,8 @@ import logging
 import os
 from typing import Any
 
-from shardwise.gateway import envoy, holding
+from shardwise.gateway.dataplane import envoy
+from shardwise.gateway.decide import holding
 
 
 def register(subparsers: Any) -> None:
@@ -63,7 +64,7 @@ def register(subparsers: Any) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from shardwise.gateway import gatekeeper, server
+    from shardwise.gateway.service import gatekeeper, server
     from shardwise.kube.client import Kube
 
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"),

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from shardwise.decide import adapters
-from shardwise.gateway import routes
+from shardwise.gateway.decide import routes
 
 LORA = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32-cpu" / "lora"
 

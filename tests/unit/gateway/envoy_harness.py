@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 import pytest
 
-from shardwise.gateway import envoy
+from shardwise.gateway.dataplane import envoy
 
 # Adds the test's services to the server; returns what to close once the server has stopped.
 Setup = Callable[[grpc.aio.Server], Awaitable[Callable[[], None]]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html.parser
 
-from shardwise.gateway import console
+from shardwise.gateway.console import page as console
 
 INFD = {
     "metadata": {"namespace": "default", "name": "llama-8b"},
@@ -122,7 +122,8 @@ def test_names_are_escaped() -> None:
 def test_the_shell_reads_the_gateways_slim_informer_objects() -> None:
     import types
 
-    from shardwise.gateway import consoleweb, server
+    from shardwise.gateway.console import web as consoleweb
+    from shardwise.gateway.service import server
 
     slim = server.slim_infd(INFD)
     informer = types.SimpleNamespace(items=lambda: [slim])

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from shardwise.gateway import holding, routes
-from shardwise.gateway.dispatcher import Dispatcher
-from shardwise.gateway.openai_errors import Refusal
+from shardwise.gateway.decide import holding, routes
+from shardwise.gateway.service.dispatcher import Dispatcher
+from shardwise.gateway.decide.openai_errors import Refusal
 
 
 def table(**models: tuple[tuple[str, ...], bool]) -> routes.Table:

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from shardwise.gateway import enginestats
+from shardwise.gateway.service import enginestats
 from shardwise_runtime.sim import app
 from shardwise_runtime.sim.config import EngineConfig
 from shardwise_runtime.sim.engine import Engine

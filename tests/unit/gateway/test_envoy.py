@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from shardwise.gateway import envoy, observe_lua, openai_errors
+from shardwise.gateway.dataplane import envoy, observe_lua
+from shardwise.gateway.decide import openai_errors
 
 SETTINGS = envoy.EnvoySettings(listen_port=18080, admin_port=18081, extproc_port=18082, body_limit_bytes=1000,
                                hold_timeout_s=600)

@@ -9,8 +9,8 @@ import asyncio
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from google.protobuf import json_format, struct_pb2
 
-from shardwise.gateway import extproc
-from shardwise.gateway.openai_errors import Refusal
+from shardwise.gateway.dataplane import extproc_messages
+from shardwise.gateway.decide.openai_errors import Refusal
 from tests.unit.gateway.test_dispatcher import make, table
 
 A, B = "10.0.0.1:8000", "10.0.0.2:8000"
@@ -18,14 +18,14 @@ A, B = "10.0.0.1:8000", "10.0.0.2:8000"
 
 def _with_subset(value: object) -> pb.ProcessingRequest:
     hint = struct_pb2.Struct()
-    hint.update({extproc.SUBSET_KEY: value})
+    hint.update({extproc_messages.SUBSET_KEY: value})
     message = pb.ProcessingRequest()
-    message.metadata_context.filter_metadata[extproc.SUBSET_NAMESPACE].CopyFrom(hint)
+    message.metadata_context.filter_metadata[extproc_messages.SUBSET_NAMESPACE].CopyFrom(hint)
     return message
 
 
 def test_the_picked_endpoint_is_the_header_and_the_envoy_lb_metadata() -> None:
-    response = extproc._routed(A, "m")
+    response = extproc_messages.routed(A, "m")
     headers = {h.header.key: h.header.raw_value.decode()
                for h in response.request_body.response.header_mutation.set_headers}
     assert headers["x-gateway-destination-endpoint"] == A
@@ -35,9 +35,9 @@ def test_the_picked_endpoint_is_the_header_and_the_envoy_lb_metadata() -> None:
 
 
 def test_the_subset_hint_is_read_from_the_filter_metadata_of_any_message() -> None:
-    assert extproc.subset_hint(pb.ProcessingRequest()) is None
-    assert extproc.subset_hint(pb.ProcessingRequest(), _with_subset([A, B])) == frozenset({A, B})
-    assert extproc.subset_hint(_with_subset([])) == frozenset()
+    assert extproc_messages.subset_hint(pb.ProcessingRequest()) is None
+    assert extproc_messages.subset_hint(pb.ProcessingRequest(), _with_subset([A, B])) == frozenset({A, B})
+    assert extproc_messages.subset_hint(_with_subset([])) == frozenset()
 
 
 def test_the_pick_stays_inside_the_subset_and_an_empty_one_is_503() -> None:

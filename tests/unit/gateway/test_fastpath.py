@@ -24,7 +24,10 @@ from envoy.service.discovery.v3 import ads_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from shardwise.gateway import envoy, extproc, fastpath, metrics, routes, xds
+from shardwise.gateway import metrics
+from shardwise.gateway.dataplane import envoy, fastpath, xds
+from shardwise.gateway.decide import routes
+from shardwise.gateway.dataplane import extproc_messages
 from tests.unit.gateway.envoy_harness import envoy_beside
 
 
@@ -133,7 +136,7 @@ class CountingRoute(pb_grpc.ExternalProcessorServicer):
         yield pb.ProcessingResponse(request_headers=pb.HeadersResponse())
         if await anext(stream, None) is None:
             return
-        yield extproc._routed(self.upstream, "slow")
+        yield extproc_messages.routed(self.upstream, "slow")
         async for _ in stream:
             pass
 

@@ -3,7 +3,8 @@
 import asyncio
 import json
 
-from shardwise.gateway import extproc, gatekeeper, keys, openai_errors, quota
+from shardwise.gateway.decide import keys, openai_errors, quota, requests
+from shardwise.gateway.service import gatekeeper
 
 
 class BrokenStore:
@@ -56,12 +57,12 @@ def test_unlimited_keys_never_touch_the_store():
 
 def test_streams_are_asked_for_their_usage():
     body = {"model": "m", "stream": True, "messages": []}
-    assert json.loads(extproc.with_stream_usage("/v1/chat/completions", body))["stream_options"] == {
+    assert json.loads(requests.with_stream_usage("/v1/chat/completions", body))["stream_options"] == {
         "include_usage": True}
     kept = {"model": "m", "stream": True, "stream_options": {"include_usage": True}}
-    assert extproc.with_stream_usage("/v1/completions", kept) is None
-    assert extproc.with_stream_usage("/v1/completions", {"model": "m"}) is None
-    assert extproc.with_stream_usage("/v1/embeddings", body) is None
+    assert requests.with_stream_usage("/v1/completions", kept) is None
+    assert requests.with_stream_usage("/v1/completions", {"model": "m"}) is None
+    assert requests.with_stream_usage("/v1/embeddings", body) is None
 
 
 def test_refusals_in_openai_words():

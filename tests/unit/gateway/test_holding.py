@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shardwise.gateway import holding
-from shardwise.gateway.holding import Holds, Limits, WakeLimiter
+from shardwise.gateway.decide import holding
+from shardwise.gateway.decide.holding import Holds, Limits, WakeLimiter
 
 
 def test_count_bound_per_model() -> None:

@@ -2,7 +2,7 @@
 
 import base64
 
-from shardwise.gateway import keys
+from shardwise.gateway.decide import keys
 
 
 def secret(name, token=None, ns="team"):

@@ -1,6 +1,6 @@
 """An APIKey's status: cumulative usage, two conditions, and no write when nothing changed."""
 
-from shardwise.gateway import keystatus, quota
+from shardwise.gateway.decide import keystatus, quota
 
 NOW = "2026-01-01T00:00:00Z"
 

@@ -29,7 +29,10 @@ from google.protobuf import struct_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardwise.gateway import envoy, extproc, fastpath, observe_lua, observer, routes, usage, xds
+from shardwise.gateway.dataplane import envoy, fastpath, observe_lua, xds
+from shardwise.gateway.decide import routes, usage
+from shardwise.gateway.dataplane import extproc_messages
+from shardwise.gateway.service import observer
 from tests.unit.gateway.envoy_harness import envoy_beside
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32-cpu"
@@ -115,11 +118,11 @@ class Route(pb_grpc.ExternalProcessorServicer):
                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:
         stream = aiter(request_iterator)
         first = await anext(stream)
-        headers = extproc.header_map(first.request_headers)
+        headers = extproc_messages.header_map(first.request_headers)
         yield pb.ProcessingResponse(request_headers=pb.HeadersResponse())
         if await anext(stream, None) is None:
             return
-        yield extproc._routed(self.upstream, headers["x-case"], key_id=headers.get("x-case-key"))
+        yield extproc_messages.routed(self.upstream, headers["x-case"], key_id=headers.get("x-case-key"))
         async for _ in stream:
             pass
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from shardwise.gateway import openai_errors as oe
+from shardwise.gateway.decide import openai_errors as oe
 
 
 @pytest.mark.parametrize("refusal, status, type_, code, param, message, retry_after", [

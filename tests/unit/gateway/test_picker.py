@@ -6,8 +6,8 @@ import collections
 
 import pytest
 
-from shardwise.gateway import picker
-from shardwise.gateway.picker import EngineStats
+from shardwise.gateway.decide import picker
+from shardwise.gateway.decide.picker import EngineStats
 
 E = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"]
 

@@ -1,6 +1,6 @@
 """Token-bucket arithmetic and the per-replica fallback, in virtual time."""
 
-from shardwise.gateway import keys, quota
+from shardwise.gateway.decide import keys, quota
 
 
 def key(**limits):

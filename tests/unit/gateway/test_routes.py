@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from shardwise.gateway import routes
+from shardwise.gateway.decide import routes
 
 
 def infd(name: str, *, ns: str = "a", served: str | None = None, min_replicas: int | None = None,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from shardwise.gateway import routes, server
+from shardwise.gateway.decide import routes
+from shardwise.gateway.service import server
 
 
 def test_the_slimmed_stores_route_an_adapter_as_the_full_objects_do() -> None:

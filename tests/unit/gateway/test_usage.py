@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from shardwise.gateway import usage
+from shardwise.gateway.decide import usage
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32-cpu"
 

@@ -16,8 +16,9 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from shardwise.gateway import holding, metrics, openai_errors, picker, routes
-from shardwise.gateway.openai_errors import Refusal
+from shardwise.gateway import metrics
+from shardwise.gateway.decide import holding, openai_errors, picker, routes
+from shardwise.gateway.decide.openai_errors import Refusal
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shardwise.gateway import match_lua, observe_lua, openai_errors, picker
+from shardwise.gateway.dataplane import match_lua, observe_lua
+from shardwise.gateway.decide import openai_errors, picker
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 MODEL_HEADER = "x-shardwise-model"  # set by the route filter for the observer (and access logs)

@@ -18,7 +18,7 @@ the ext_proc route, which answers it.
 
 from __future__ import annotations
 
-from shardwise.gateway import picker
+from shardwise.gateway.decide import picker
 
 NAMESPACE = "shardwise.request"
 MATCH_HEADER = "x-shardwise-route-model"

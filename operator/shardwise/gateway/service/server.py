@@ -28,11 +28,14 @@ from envoy.service.discovery.v3 import ads_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from shardwise.api import v1alpha1 as api
-from shardwise.gateway import (console, consoleweb, enginestats, extproc, fastpath, holding, metrics, overload, picker,
-                               routes, xds)
-from shardwise.gateway.dispatcher import Dispatcher
-from shardwise.gateway.gatekeeper import AuthSettings, Gatekeeper
-from shardwise.gateway.observer import AccessLog, Observer
+from shardwise.gateway import metrics
+from shardwise.gateway.console import page as console, web as consoleweb
+from shardwise.gateway.dataplane import fastpath, xds
+from shardwise.gateway.decide import holding, overload, picker, routes
+from shardwise.gateway.service import enginestats, extproc
+from shardwise.gateway.service.dispatcher import Dispatcher
+from shardwise.gateway.service.gatekeeper import AuthSettings, Gatekeeper
+from shardwise.gateway.service.observer import AccessLog, Observer
 from shardwise.kube import health
 from shardwise.kube.client import Kube
 from shardwise.kube.informer import Informer, wait_for_sync
@@ -121,7 +124,7 @@ class Gateway:
         self.discovery = xds.Discovery()
         self._spared: overload.Spared = frozenset()  # engines out of a model's fast path (overload.py)
         if settings.auth is not None:  # API keys: their informers, the quota store, the status writer
-            from shardwise.gateway.keyring import Keyring
+            from shardwise.gateway.service.keyring import Keyring
 
             self.gatekeeper = Gatekeeper(settings.auth, price_of=self._price_of)
             self.keyring = Keyring(kube, self.gatekeeper, settings.namespaces, on_contact=self.contact.mark)

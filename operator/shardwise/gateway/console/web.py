@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from shardwise.gateway import console, metrics
+from shardwise.gateway import metrics
+from shardwise.gateway.console import page as console
 
 
 class Source(Protocol):

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shardwise import conditions
-from shardwise.gateway import quota
+from shardwise.gateway.decide import quota
 
 
 def desired_status(obj: Mapping[str, Any], usage: quota.Usage | None, *, problem: str | None,

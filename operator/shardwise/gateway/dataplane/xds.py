@@ -28,7 +28,8 @@ from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401 - an Any in the routes
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
-from shardwise.gateway import fastpath, metrics
+from shardwise.gateway import metrics
+from shardwise.gateway.dataplane import fastpath
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shardwise.gateway import keys, metrics, openai_errors, quota
-from shardwise.gateway.openai_errors import Refusal
+from shardwise.gateway import metrics
+from shardwise.gateway.decide import keys, openai_errors, quota
+from shardwise.gateway.decide.openai_errors import Refusal
 from shardwise.kube.quietlog import QuietLog
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class Gatekeeper:
         self._by_id: dict[str, keys.Key] = {}
         self.store = store
         if store is None and settings.redis_url:
-            from shardwise.gateway.quotastore import RedisQuota  # redis-py only where it is used
+            from shardwise.gateway.service.quotastore import RedisQuota  # redis-py only where it is used
 
             self.store = RedisQuota(settings.redis_url, prefix=settings.redis_prefix,
                                     timeout_s=settings.redis_timeout_s, lease_ttl_s=settings.lease_ttl_s)

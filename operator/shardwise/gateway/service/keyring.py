@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from shardwise.api import apikeys
-from shardwise.gateway import keys, keystatus, quota
-from shardwise.gateway.gatekeeper import Gatekeeper
+from shardwise.gateway.decide import keys, keystatus, quota
+from shardwise.gateway.service.gatekeeper import Gatekeeper
 from shardwise.kube.client import ApiException, Kube, register_kind
 from shardwise.kube.informer import Informer
 from shardwise.kube.leader import LeaderElector

@@ -34,7 +34,8 @@ import hashlib
 import json
 from typing import Any
 
-from shardwise.gateway import envoy, overload, routes
+from shardwise.gateway.dataplane import envoy
+from shardwise.gateway.decide import overload, routes
 
 ROUTE_CONFIG = envoy.ROUTE_CONFIG
 FAST_CLUSTER = envoy.FAST_CLUSTER

@@ -21,7 +21,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shardwise.gateway import keys, quota
+from shardwise.gateway.decide import keys, quota
 
 _ADMIT = """
 local t = redis.call('TIME')

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from shardwise.gateway import picker
+from shardwise.gateway.decide import picker
 from shardwise.observe import parse
 
 GAUGES = (parse.WAITING, parse.KV_CACHE_USAGE)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from shardwise.gateway import keys
+from shardwise.gateway.decide import keys
 
 REQUESTS, TOKENS, CONCURRENCY = "requests", "tokens", "concurrency"
 WINDOW_S = 60.0

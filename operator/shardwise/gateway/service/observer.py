@@ -30,8 +30,10 @@ import grpc
 from envoy.data.accesslog.v3 import accesslog_pb2
 from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 
-from shardwise.gateway import envoy, metrics, observe_lua, usage
-from shardwise.gateway.gatekeeper import Gatekeeper
+from shardwise.gateway import metrics
+from shardwise.gateway.dataplane import envoy, observe_lua
+from shardwise.gateway.decide import usage
+from shardwise.gateway.service.gatekeeper import Gatekeeper
 
 log = logging.getLogger(__name__)
 

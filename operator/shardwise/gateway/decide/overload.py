@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shardwise.gateway import picker, routes
+from shardwise.gateway.decide import picker, routes
 
 
 Spared = frozenset[tuple[str, str]]  # (model, IP:PORT): the engine is out of the model's subset

@@ -1,0 +1,130 @@
+"""Envoy's ext_proc protocol, spoken by the gateway: one gRPC stream per HTTP request.
+
+The route filter's stream (processing mode: request headers SEND, request body BUFFERED,
+responses SKIP):
+1. request headers: `GET /v1/models[/<id>]` is answered here (immediate_response); the three
+   OpenAI POST routes continue; any other path is a 404 in OpenAI's words.
+2. request body (whole, up to Envoy's limit): parse it, read `model`, ask the dispatcher; answer
+   with a header mutation (`x-gateway-destination-endpoint: IP:PORT`, Envoy's ORIGINAL_DST cluster
+   connects there) and clear_route_cache, or with an immediate_response carrying the refusal.
+   A held request is simply this answer not sent yet.
+3. Then the stream stays open until Envoy ends it with the HTTP request; until then the pick
+   counts as outstanding on its endpoint.
+Responses are not seen here: the observe filter measures them inside Envoy and its access log
+reaches `observer` once per request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from shardwise.gateway import metrics
+from shardwise.gateway.dataplane import envoy
+from shardwise.gateway.dataplane import extproc_messages as messages
+from shardwise.gateway.decide import keys, openai_errors, picker, requests
+from shardwise.gateway.decide.openai_errors import Refusal
+from shardwise.gateway.service.dispatcher import Dispatcher
+from shardwise.gateway.service.gatekeeper import Gatekeeper, Ticket
+
+log = logging.getLogger(__name__)
+
+
+class ExtProc(pb_grpc.ExternalProcessorServicer):
+    def __init__(self, dispatcher: Dispatcher, gatekeeper: Gatekeeper | None = None) -> None:
+        self.dispatcher = dispatcher
+        self.gatekeeper = gatekeeper  # None: no keys (every caller is served)
+
+    async def Process(self, request_iterator: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 - gRPC's name
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:
+        stream = aiter(request_iterator)
+        try:
+            first = await anext(stream)
+        except StopAsyncIteration:
+            return
+        async for response in self._route(first, stream):
+            yield response
+
+    async def _route(self, first: pb.ProcessingRequest,
+                     stream: AsyncIterator[pb.ProcessingRequest]) -> AsyncIterator[pb.ProcessingResponse]:
+        if first.WhichOneof("request") != "request_headers":
+            log.warning("ext_proc stream began with %s, not request headers", first.WhichOneof("request"))
+            return
+        headers = messages.header_map(first.request_headers)
+        method, path = headers.get(":method", ""), headers.get(":path", "").split("?", 1)[0]
+        key: keys.Key | None = None
+        if self.gatekeeper is not None:
+            found = self.gatekeeper.authenticate(headers.get("authorization"))
+            if isinstance(found, Refusal):
+                metrics.REQUESTS.labels("", str(found.status)).inc()
+                metrics.KEY_REQUESTS.labels("", "", str(found.status)).inc()
+                yield messages.immediate(found, "shardwise_unauthorized")
+                return
+            key = found
+        early = self._answer_headers(method, path, first.request_headers.end_of_stream, key)
+        if early is not None:
+            metrics.REQUESTS.labels("", str(early.status)).inc()
+            yield messages.immediate(early, "shardwise_" + ("models" if early.status == 200 else "refused"))
+            return
+        yield pb.ProcessingResponse(request_headers=pb.HeadersResponse())
+        message = await anext(stream, None)
+        if message is None or message.WhichOneof("request") != "request_body":
+            return
+        raw = message.request_body.body
+        parsed = requests.parse_body(raw)
+        if isinstance(parsed, Refusal):
+            metrics.REQUESTS.labels("", str(parsed.status)).inc()
+            yield messages.immediate(parsed, "shardwise_bad_request")
+            return
+        body, model = parsed
+        ticket: Ticket | None = None
+        if key is not None and self.gatekeeper is not None:
+            admitted = (openai_errors.model_not_allowed(model) if not key.allows(model)
+                        else await self.gatekeeper.admit(key))
+            if isinstance(admitted, Refusal):
+                metrics.REQUESTS.labels("", str(admitted.status)).inc()
+                metrics.KEY_REQUESTS.labels(key.id, model if key.allows(model) else "", str(admitted.status)).inc()
+                yield messages.immediate(admitted, "shardwise_refused")
+                return
+            ticket = admitted
+        try:
+            choice = await self.dispatcher.choose(model, len(raw), picker.prefix_of(body),
+                                                  messages.subset_hint(first, message))
+            if isinstance(choice, Refusal):
+                known = self.dispatcher.table.get(model) is not None
+                metrics.REQUESTS.labels(model if known else "", str(choice.status)).inc()
+                if key is not None:
+                    metrics.KEY_REQUESTS.labels(key.id, model if known else "", str(choice.status)).inc()
+                yield messages.immediate(choice, "shardwise_refused")
+                return
+            try:
+                mutated = requests.with_stream_usage(path, body) if key is not None else None
+                yield messages.routed(choice, model, key_id=key.id if key is not None else None, body=mutated)
+                async for _ in stream:  # nothing more is sent in this mode; wait for the request's end
+                    pass
+            finally:
+                self.dispatcher.done(choice)
+        finally:
+            if ticket is not None and self.gatekeeper is not None:
+                self.gatekeeper.release(ticket)
+
+    def _answer_headers(self, method: str, path: str, end_of_stream: bool,
+                        key: keys.Key | None = None) -> Refusal | None:
+        if path in ("/v1/models", "/v1/models/") and method == "GET":
+            return requests.models_list(self.dispatcher.table.models(), key)
+        if path.startswith("/v1/models/") and method == "GET":
+            route = self.dispatcher.table.get(path.removeprefix("/v1/models/"))
+            if route is None or (key is not None and not key.allows(route.model)):
+                return openai_errors.model_not_found(path.removeprefix("/v1/models/"))
+            body = json.dumps(requests.model_object(route), separators=(",", ":")).encode()
+            return Refusal(200, body, (("content-type", openai_errors.JSON),))
+        if path not in envoy.ROUTED_PATHS or method != "POST":
+            return openai_errors.unknown_url(method, path)
+        if end_of_stream:
+            return openai_errors.invalid_json("the body is empty")
+        return None
