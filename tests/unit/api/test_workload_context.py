@@ -64,7 +64,7 @@ def test_the_model_refuses_a_declared_workload_longer_than_its_context(case: str
         InferenceDeploymentSpec.model_validate(body)
     message = raised.value.errors()[0]["msg"]
     assert sentence(numbers) in message, case
-    assert f"raise serving.maxModelLen to at least {numbers[2]}" in message
+    assert message.endswith("raise serving.maxModelLen to at least that"), message
 
 
 def test_the_operator_reports_the_sentence_itself() -> None:
