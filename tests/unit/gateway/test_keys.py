@@ -1,6 +1,7 @@
 """The key table: hashes only, stable ids, and a reason for every key that cannot be used."""
 
 import base64
+import json
 
 from shardwise.gateway.decide import keys
 
@@ -63,3 +64,39 @@ def test_deleting_objects_are_skipped():
     obj = apikey("a", "s")
     obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     assert keys.build_table([obj], [secret("s", "k")]).lookup("k") is None
+
+
+def applied_secret(name, token, annotation, ns="team"):
+    meta = {"name": name, "namespace": ns, "labels": {"shardwise.io/api-key": "true"},
+            "annotations": {keys.LAST_APPLIED: annotation}}
+    return keys.slim_secret({"metadata": meta, "data": {"key": base64.b64encode(token.encode()).decode()}})
+
+
+def last_applied(**fields):
+    return json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "team"},
+                       **fields})
+
+
+def test_a_key_left_in_the_last_applied_annotation_works_and_warns():
+    by_string = applied_secret("s1", "sk-1", last_applied(stringData={"key": "sk-1"}))
+    by_data = applied_secret("s2", "sk-2", last_applied(data={"key": base64.b64encode(b"sk-2").decode()}))
+    assert "annotations" not in by_string["metadata"] and "sk-1" not in repr(by_string)  # flag only, no copy
+    table = keys.build_table([apikey("a", "s1"), apikey("b", "s2")], [by_string, by_data])
+    assert table.lookup("sk-1").id == "team/a" and table.lookup("sk-2").id == "team/b"
+    assert set(table.warnings) == {"team/a", "team/b"} and not table.problems
+    assert keys.LAST_APPLIED in table.warnings["team/a"] and "kubectl create secret generic" in table.warnings["team/a"]
+    assert "kubectl annotate secret s1 kubectl.kubernetes.io/last-applied-configuration-" in table.warnings["team/a"]
+
+
+def test_no_warning_without_the_current_key_in_the_annotation():
+    secrets = [
+        applied_secret("old", "sk-new", last_applied(stringData={"key": "sk-old"})),  # rotated since: another key
+        applied_secret("meta", "sk-3", last_applied(metadata={"name": "meta", "labels": {"a": "b"}})),
+        applied_secret("junk", "sk-4", "not json"),
+        secret("plain", "sk-5"),
+    ]
+    table = keys.build_table([apikey("a", "old"), apikey("b", "meta"), apikey("c", "junk"), apikey("d", "plain")],
+                             secrets)
+    assert table.warnings == {} and len(table.hashes) == 4
+    not_json = keys.build_table([apikey("e", "t")], [applied_secret("t", "sk-6", "stringData: {key: sk-6}")])
+    assert set(not_json.warnings) == {"team/e"}  # not JSON: found as text

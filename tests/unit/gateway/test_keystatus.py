@@ -38,3 +38,18 @@ def test_conditions_say_what_is_wrong():
     assert by_type["QuotaShared"]["status"] == "False" and by_type["QuotaShared"]["reason"] == "StoreUnreachable"
     no_store = keystatus.desired_status(obj(), None, problem=None, key_hash=None, store_up=None, now=NOW)
     assert [c["type"] for c in no_store["conditions"]] == ["Ready"]
+
+
+def test_a_key_in_the_last_applied_annotation_is_ready_with_a_warning():
+    warned = keystatus.desired_status(obj(), None, problem=None, key_hash="ab" * 32, store_up=None, now=NOW,
+                                      warning="Secret s carries the key; remove the annotation and rotate the key")
+    ready = {c["type"]: c for c in warned["conditions"]}["Ready"]
+    assert (ready["status"], ready["reason"]) == ("True", "KeyInLastApplied")
+    assert "remove the annotation and rotate" in ready["message"]
+    fixed = keystatus.desired_status(obj(warned), None, problem=None, key_hash="ab" * 32, store_up=None,
+                                     now="2026-01-01T00:01:00Z")
+    patch = keystatus.patch_for(obj(warned), fixed)
+    assert [c["reason"] for c in patch["conditions"]] == ["KeyActive"]
+    unusable = keystatus.desired_status(obj(), None, problem="disabled", key_hash=None, store_up=None, now=NOW,
+                                        warning="ignored")
+    assert {c["type"]: c["reason"] for c in unusable["conditions"]}["Ready"] == "KeyNotUsable"

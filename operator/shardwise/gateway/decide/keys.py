@@ -4,6 +4,8 @@ Built from two informer stores as plain dicts: APIKey objects (policy) and the S
 `shardwise.io/api-key: "true"` (key material). A Secret never reaches this module with its key:
 the informer's transform (`slim_secret`) replaces `data` by the key's sha256 on arrival, so the
 plaintext is never stored, logged or compared; a request's bearer token is hashed and looked up.
+The transform also notes (a flag, nothing more) whether client-side `kubectl apply` left the key
+in the Secret's last-applied annotation: the key stays usable and its status warns.
 
 A key's stable id is `namespace/name` of its APIKey: metrics and the status use it, never the key.
 An APIKey whose Secret is missing, not labelled, has no `key`, or shares its key with another
@@ -16,6 +18,7 @@ import base64
 import binascii
 import dataclasses
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,6 +26,8 @@ from shardwise.api import apikeys
 
 Obj = Mapping[str, Any]
 HASH_FIELD = "keySha256"  # where slim_secret puts the hash (the Secret's data is dropped)
+LEAKED_FIELD = "keyInLastApplied"  # slim_secret: the key is also in the last-applied annotation
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 ANONYMOUS = "anonymous"
 
 
@@ -47,6 +52,7 @@ class KeyTable:
     by_hash: Mapping[str, Key]
     problems: Mapping[str, str]  # APIKey id -> why it is not usable
     hashes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # APIKey id -> its key's sha256
+    warnings: Mapping[str, str] = dataclasses.field(default_factory=dict)  # usable APIKey id -> what to fix
 
     def lookup(self, token: str) -> Key | None:
         return self.by_hash.get(hash_key(token))
@@ -78,7 +84,37 @@ def slim_secret(secret: dict[str, Any]) -> dict[str, Any]:
             token = ""
         if token:
             out[HASH_FIELD] = hash_key(token)
+            if _in_last_applied(meta.get("annotations"), token):
+                out[LEAKED_FIELD] = True
     return out
+
+
+def _in_last_applied(annotations: Any, token: str) -> bool:
+    """Whether client-side `kubectl apply` left the key in its annotation (read here, then dropped).
+
+    The annotation is the applied manifest as JSON: the key sits in `stringData.key` as text or in
+    `data.key` as base64. A manifest that is not JSON is searched as text for either spelling.
+    """
+    text = annotations.get(LAST_APPLIED) if isinstance(annotations, Mapping) else None
+    if not isinstance(text, str) or not text:
+        return False
+    try:
+        applied = json.loads(text)
+    except ValueError:
+        applied = None
+    if not isinstance(applied, Mapping):
+        return token in text or base64.b64encode(token.encode()).decode() in text
+    plain = (applied.get("stringData") or {}).get(apikeys.SECRET_DATA_KEY) \
+        if isinstance(applied.get("stringData"), Mapping) else None
+    encoded = (applied.get("data") or {}).get(apikeys.SECRET_DATA_KEY) if isinstance(applied.get("data"), Mapping) else None
+    if isinstance(plain, str) and plain.strip() == token:
+        return True
+    if isinstance(encoded, str):
+        try:
+            return base64.b64decode(encoded, validate=True).decode().strip() == token
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+    return False
 
 
 def key_id(obj: Obj) -> str:
@@ -105,11 +141,17 @@ def _policy(obj: Obj) -> Key | str:
 
 def build_table(api_keys: Iterable[Obj], secrets: Iterable[Obj]) -> KeyTable:
     """The table from the two stores (deterministic whatever their order)."""
-    secret_hash = {((s.get("metadata") or {}).get("namespace") or "", (s.get("metadata") or {}).get("name") or ""):
-                   s.get(HASH_FIELD) for s in secrets}
+    secret_hash: dict[tuple[str, str], Any] = {}
+    leaked: set[tuple[str, str]] = set()
+    for s in secrets:
+        where = ((s.get("metadata") or {}).get("namespace") or "", (s.get("metadata") or {}).get("name") or "")
+        secret_hash[where] = s.get(HASH_FIELD)
+        if s.get(LEAKED_FIELD):
+            leaked.add(where)
     by_hash: dict[str, Key] = {}
     problems: dict[str, str] = {}
     hashes: dict[str, str] = {}
+    warnings: dict[str, str] = {}
     for obj in sorted(api_keys, key=key_id):
         meta = obj.get("metadata") or {}
         if meta.get("deletionTimestamp"):
@@ -142,4 +184,11 @@ def build_table(api_keys: Iterable[Obj], secrets: Iterable[Obj]) -> KeyTable:
             continue
         by_hash[digest] = policy
         hashes[ident] = digest
-    return KeyTable(by_hash=by_hash, problems=problems, hashes=hashes)
+        if where in leaked:  # the key keeps working: refusing it would break callers over a copy
+            warnings[ident] = (
+                f"Secret {secret_name} carries the key in plain text in its annotation {LAST_APPLIED} "
+                f"(it was created or changed with client-side `kubectl apply`): anyone who can read the "
+                f"Secret's metadata can read the key. Remove the annotation (`kubectl annotate secret "
+                f"{secret_name} {LAST_APPLIED}-`) and rotate the key; create key Secrets with "
+                f"`kubectl create secret generic ... --from-literal=key=...` or `kubectl apply --server-side`")
+    return KeyTable(by_hash=by_hash, problems=problems, hashes=hashes, warnings=warnings)

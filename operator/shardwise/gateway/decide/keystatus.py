@@ -1,7 +1,8 @@
 """An APIKey's status from its usage and its health (pure): the patch to write, or None.
 
 Usage is cumulative: the stored counters plus what was taken from the store since the last
-write. Conditions: `Ready` (the key is usable, or why not: the key table's problem) and
+write. Conditions: `Ready` (the key is usable, or why not: the key table's problem; usable but
+exposed, reason `KeyInLastApplied`: the key table's warning, True so the key keeps working) and
 `QuotaShared` (the status writer reached Redis on its last round: limits are shared by every
 replica; False: the per-replica fallback applies). Nothing changed: no patch (no write).
 """
@@ -16,15 +17,21 @@ from shardwise.gateway.decide import quota
 
 
 def desired_status(obj: Mapping[str, Any], usage: quota.Usage | None, *, problem: str | None,
-                   key_hash: str | None, store_up: bool | None, now: str) -> dict[str, Any]:
+                   key_hash: str | None, store_up: bool | None, now: str,
+                   warning: str | None = None) -> dict[str, Any]:
     old = obj.get("status") or {}
     usage = usage or quota.Usage()
     requests = int(old.get("requests") or 0) + usage.requests
     prompt = int(old.get("promptTokens") or 0) + usage.prompt
     completion = int(old.get("completionTokens") or 0) + usage.completion
     cost = round(float(old.get("costUSD") or 0.0) + usage.cost_micro_usd / 1e6, 6)
-    updates = [conditions.Condition("Ready", True, "KeyActive", "the gateway accepts this key") if problem is None
-               else conditions.Condition("Ready", False, "KeyNotUsable", problem)]
+    if problem is not None:
+        ready = conditions.Condition("Ready", False, "KeyNotUsable", problem)
+    elif warning is not None:
+        ready = conditions.Condition("Ready", True, "KeyInLastApplied", f"the gateway accepts this key, but {warning}")
+    else:
+        ready = conditions.Condition("Ready", True, "KeyActive", "the gateway accepts this key")
+    updates = [ready]
     if store_up is not None:
         updates.append(conditions.Condition("QuotaShared", True, "StoreReachable",
                                             "limits are shared by every gateway replica (Redis)") if store_up

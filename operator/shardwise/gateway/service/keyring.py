@@ -86,6 +86,9 @@ class Keyring:
         if dict(table.problems) != dict(self.gatekeeper.table.problems):
             for ident, problem in sorted(table.problems.items()):
                 log.warning("API key %s not usable: %s", ident, problem)
+        if dict(table.warnings) != dict(self.gatekeeper.table.warnings):
+            for ident, warning in sorted(table.warnings.items()):
+                log.warning("API key %s: %s", ident, warning)
         self.gatekeeper.set_table(table)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -124,7 +127,8 @@ class Keyring:
         written = 0
         for obj, ident in zip(objects, ids):
             desired = keystatus.desired_status(obj, self.unwritten.get(ident), problem=table.problems.get(ident),
-                                               key_hash=table.hashes.get(ident), store_up=store_up, now=now)
+                                               key_hash=table.hashes.get(ident), store_up=store_up, now=now,
+                                               warning=table.warnings.get(ident))
             patch = keystatus.patch_for(obj, desired)
             if patch is None:
                 continue
