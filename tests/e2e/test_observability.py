@@ -127,7 +127,7 @@ def fleet(cluster: LocalCluster, operator: Any, tmp_path_factory: pytest.TempPat
         helm = binaries.find_binaries()["helm"]
         rules = alerting.with_for(alerting.render_rules(helm, "alerts.slo.ttftSeconds=0.001"), "0s")
         (work / "rules.yaml").write_text(yaml.safe_dump(rules))
-        (work / "prometheus.yml").write_text(_prometheus_config(ips, operator.metrics_port, door.http_port,
+        (work / "prometheus.yml").write_text(_prometheus_config(ips, operator.metrics_port, door.metrics_port,
                                                                 work / "rules.yaml"))
         port = free_port()
         prometheus = Process(f"prometheus-{namespace}", [

@@ -50,6 +50,8 @@ class APIKeySpec(_Model):
     maxConcurrentRequests: int | None = Field(None, ge=1, le=1_000_000,
                                               description="Requests in flight at once; absent: unlimited.")
     disabled: bool = Field(False, description="Refuse this key (401) without deleting it.")
+    console: bool = Field(False, description="This key also opens the gateway's /console (usage and cost of "
+                          "every key); without it the console answers 403. Only with `serve --auth`.")
 
 
 class APIKeyStatus(_Model):

@@ -48,11 +48,12 @@ class FrontDoor:
                  envoy_concurrency: int = 2) -> None:
         self.name, self.log_dir = name, log_dir
         self.port, self.admin_port = free_port(), free_port()
-        self.grpc_port, self.http_port = free_port(), free_port()
+        self.grpc_port, self.http_port, self.metrics_port = free_port(), free_port(), free_port()
         self.config_path = log_dir / f"{name}-envoy.json"
         self.body_limit_bytes, self.hold_timeout_s = body_limit_bytes, hold_timeout_s
         argv = [sys.executable, "-m", "shardwise.cli", "gateway", "serve", "--grpc-port", str(self.grpc_port),
                 "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
+                "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
                 "--hold-timeout", str(hold_timeout_s),
                 *[a for ns in namespaces for a in ("--namespace", ns)], *extra_args]
         self.gateway = Process(f"{name}-service", argv, log_dir / f"{name}-service.log",
@@ -68,7 +69,17 @@ class FrontDoor:
 
     @property
     def metrics_url(self) -> str:
+        """Every series, per key included: the port only Prometheus reaches in the chart."""
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def public_metrics_url(self) -> str:
+        """The /metrics a client can reach (the console's port): no per-key series."""
         return f"http://127.0.0.1:{self.http_port}/metrics"
+
+    @property
+    def console_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/console"
 
     def start(self, timeout: float = 60.0) -> "FrontDoor":
         self.log_dir.mkdir(parents=True, exist_ok=True)

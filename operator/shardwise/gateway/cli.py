@@ -21,8 +21,13 @@ def register(subparsers: Any) -> None:
                        help="watch only this namespace (repeatable; default: every namespace)")
     serve.add_argument("--grpc-host", default="127.0.0.1", help="ext_proc listen address (Envoy beside it)")
     serve.add_argument("--grpc-port", type=int, default=9002)
-    serve.add_argument("--http-host", default="0.0.0.0", help="/metrics, /healthz, /readyz listen address")
+    serve.add_argument("--http-host", default="0.0.0.0",
+                       help="/console, /healthz, /readyz and /metrics without per-key series: listen address")
     serve.add_argument("--http-port", type=int, default=9090)
+    serve.add_argument("--metrics-host", default="0.0.0.0",
+                       help="/metrics with every series, per API key included: listen address (let only "
+                            "Prometheus reach it: the chart's NetworkPolicy)")
+    serve.add_argument("--metrics-port", type=int, default=9091)
     serve.add_argument("--hold-timeout", type=float, default=holding.DEFAULT_TIMEOUT_S,
                        help="seconds a request waits for its model to wake before a 503")
     serve.add_argument("--hold-max-requests", type=int, default=holding.DEFAULT_MAX_COUNT,
@@ -72,6 +77,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = server.Settings(
         namespaces=tuple(args.namespace), grpc_host=args.grpc_host, grpc_port=args.grpc_port,
         http_host=args.http_host, http_port=args.http_port,
+        metrics_host=args.metrics_host, metrics_port=args.metrics_port,
         limits=holding.Limits(max_count=args.hold_max_requests, max_bytes=args.hold_max_bytes,
                               timeout_s=args.hold_timeout),
         wake_interval_s=args.wake_interval, scrape_interval_s=args.scrape_interval,

@@ -249,7 +249,7 @@ table{border-collapse:collapse;width:100%;background:#fff}th,td{padding:.35em .6
 text-align:left;vertical-align:top}thead th{font-weight:600;font-size:.85em;color:#5a6272;background:#f1f3f6}
 td.num{text-align:right;font-variant-numeric:tabular-nums}small{color:#6b7385}.none{color:#aab}
 .slo-met{color:#137333}.slo-missed{color:#b3261e;font-weight:600}.slo-unknown{color:#7a6a00}
-.spark{color:#3367d6;display:block}.note{color:#5a6272}header p{margin:0;color:#5a6272}
+.open{color:#7a4f00;background:#fff4d6;padding:.3em .6em;margin-top:.4em}.spark{color:#3367d6;display:block}.note{color:#5a6272}header p{margin:0;color:#5a6272}
 """
 
 _SCRIPT = """
@@ -258,6 +258,14 @@ return r.ok?r.text():null}).then(function(t){if(!t)return;var d=new DOMParser().
 var m=d.getElementById('live');if(m)document.getElementById('live').replaceWith(m)}).catch(function(){})
 .finally(function(){setTimeout(tick,s)})}setTimeout(tick,s)})();
 """
+
+
+def _access(view: View) -> str:
+    if view.keys_enabled:
+        return ""
+    return ('<p class="open" id="access" data-field="access" data-value="open">Open console: anyone who can reach '
+            "this port sees this page (API keys are off). With <code>shardwise gateway serve --auth</code> it asks "
+            "for an API key whose APIKey has <code>console: true</code>.</p>")
 
 
 def render(view: View) -> str:
@@ -271,7 +279,7 @@ def render(view: View) -> str:
 <body><main id="live">
 <header><h1>shardwise console</h1><p>{len(view.models)} models &middot; <span data-field="totalHourlyUSD"
 data-value="{_num(round(total, 2))}">${_num(round(total, 2))}</span>/hour in all &middot; status as of
-<time>{html.escape(view.generated_at)}</time><noscript> &middot; reload to refresh</noscript></p></header>
+<time>{html.escape(view.generated_at)}</time><noscript> &middot; reload to refresh</noscript></p>{_access(view)}</header>
 <section id="models"><h2>Models</h2><table><thead><tr><th>deployment</th><th>phase</th><th>TTFT p50</th>
 <th>TTFT p95</th><th>ITL p50</th><th>ITL p95</th><th>tokens/s</th><th>ready / desired<br>layout</th><th>$/hour</th>
 <th>$/1M tokens</th><th>SLO</th><th>last hour: TTFT p95, tokens/s</th></tr></thead><tbody>{rows}</tbody></table>

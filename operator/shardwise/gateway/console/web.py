@@ -17,6 +17,7 @@ from aiohttp import web
 
 from shardwise.gateway import metrics
 from shardwise.gateway.console import page as console
+from shardwise.gateway.decide import consoleaccess
 
 
 class Source(Protocol):
@@ -24,6 +25,8 @@ class Source(Protocol):
 
     infds: list[Any]
     settings: Any
+    gatekeeper: Any  # with keys: the key table
+    keyring: Any  # with keys: the APIKey informers (which keys open the console)
 
 
 def _models(gateway: Source) -> list[tuple[str, str, str, dict[str, Any]]]:
@@ -67,9 +70,30 @@ class Console:
             .strftime("%Y-%m-%d %H:%M:%S UTC"),
             refresh_s=self.refresh_s)
 
-    async def handle(self, _: web.Request) -> web.Response:
+    async def handle(self, request: web.Request) -> web.Response:
+        refused = self.refusal(request.headers.get("Authorization"))
+        if refused is not None:
+            return refused
         return web.Response(text=console.render(self.view()), content_type="text/html",
                             headers={"cache-control": "no-store"})
+
+    def refusal(self, authorization: str | None) -> web.Response | None:
+        """With keys on, every key's usage is shown only to a key with console access (consoleaccess.py)."""
+        gatekeeper, keyring = getattr(self.gateway, "gatekeeper", None), getattr(self.gateway, "keyring", None)
+        if gatekeeper is None:
+            return None
+        # Read at each request from the informers: a grant or a revocation holds at the next page load.
+        granted = consoleaccess.granted(o for i in (keyring.apikeys if keyring is not None else ()) for o in i.items())
+        status = consoleaccess.verdict(authorization, gatekeeper.table, granted)
+        if status == 200:
+            return None
+        text = ("401: the console needs an API key whose APIKey has console: true (Authorization: Bearer KEY, "
+                "or KEY as the password when the browser asks)\n" if status == 401 else
+                "403: this API key does not open the console (its APIKey has no console: true)\n")
+        headers = {"cache-control": "no-store"}
+        if status == 401:
+            headers["www-authenticate"] = consoleaccess.CHALLENGE
+        return web.Response(status=status, text=text, headers=headers)
 
     async def _sampler(self, _: web.Application) -> AsyncIterator[None]:
         async def loop() -> None:

@@ -44,6 +44,8 @@ from shardwise.kube.quietlog import QuietLog
 log = logging.getLogger(__name__)
 
 WAKE_ANNOTATION = "shardwise.io/wake-requested"
+# The series labelled by caller: only on the metrics port (tests/unit/gateway checks none is missed).
+PER_KEY = (metrics.KEY_REQUESTS, metrics.KEY_TOKENS, metrics.KEY_COST, metrics.RATE_LIMITED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +54,9 @@ class Settings:
     grpc_host: str = "127.0.0.1"
     grpc_port: int = 9002
     http_host: str = "0.0.0.0"
-    http_port: int = 9090
+    http_port: int = 9090  # probes, the console, /metrics without the per-key series
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 9091  # /metrics with every series, per key included: for Prometheus only
     limits: holding.Limits = holding.Limits()
     wake_interval_s: float = 5.0
     scrape_interval_s: float = 2.0
@@ -89,6 +93,18 @@ def slim_infd(infd: dict[str, Any]) -> dict[str, Any]:
                           if status.get("adapters") else {}),
                        "cost": {"perMillionOutputTokensUSD": ((infd.get("status") or {}).get("cost") or {})
                                 .get("perMillionOutputTokensUSD")}}}
+
+
+class WithoutKeys:
+    """The registry as the public /metrics shows it: no family labelled by key (usage, cost, 429s per
+    caller), which belongs to whoever may read APIKeys and reaches the metrics port only."""
+
+    def __init__(self, registry: prometheus_client.CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Any:
+        per_key = {f.name for c in PER_KEY for f in c.collect()}
+        return (f for f in self.registry.collect() if f.name not in per_key)
 
 
 def wake_patch(now: datetime.datetime) -> dict[str, Any]:
@@ -239,15 +255,16 @@ class Gateway:
                 return web.Response(status=200 if problem is None else 503, text=(problem or "ok") + "\n")
             return handler
 
-        async def scrape(_: web.Request) -> web.Response:
-            return web.Response(body=prometheus_client.generate_latest(metrics.REGISTRY),
-                                headers={"content-type": prometheus_client.CONTENT_TYPE_LATEST})
-
         app = web.Application()
         app.router.add_get("/healthz", probe(live))
         app.router.add_get("/readyz", probe(ready))
-        app.router.add_get("/metrics", scrape)
+        app.router.add_get("/metrics", _scrape_handler(WithoutKeys(metrics.REGISTRY)))
         consoleweb.add_routes(app, self)
+        return app
+
+    def _metrics_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", _scrape_handler(metrics.REGISTRY))
         return app
 
     async def run(self) -> None:
@@ -269,9 +286,13 @@ class Gateway:
         runner = web.AppRunner(self._http_app(), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, self.settings.http_host, self.settings.http_port).start()
+        metrics_runner = web.AppRunner(self._metrics_app(), access_log=None)
+        await metrics_runner.setup()
+        await web.TCPSite(metrics_runner, self.settings.metrics_host, self.settings.metrics_port).start()
         await server.start()
-        log.info("gateway: ext_proc on %s:%d, metrics and probes on %s:%d", self.settings.grpc_host,
-                 self.settings.grpc_port, self.settings.http_host, self.settings.http_port)
+        log.info("gateway: ext_proc on %s:%d, console and probes on %s:%d, every metric on %s:%d",
+                 self.settings.grpc_host, self.settings.grpc_port, self.settings.http_host, self.settings.http_port,
+                 self.settings.metrics_host, self.settings.metrics_port)
         stopping = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, stopping.set)
@@ -291,3 +312,11 @@ class Gateway:
                 task.cancel()
             self.stop.set()
             await runner.cleanup()
+            await metrics_runner.cleanup()
+
+
+def _scrape_handler(registry: Any) -> Any:
+    async def scrape(_: web.Request) -> web.Response:
+        return web.Response(body=prometheus_client.generate_latest(registry),
+                            headers={"content-type": prometheus_client.CONTENT_TYPE_LATEST})
+    return scrape
