@@ -36,6 +36,9 @@ FAST_MODELS = prom.Gauge("shardwise_gateway_fast_path_models", "Models Envoy rou
                          "sent over ADS); the others go through the ext_proc picker.", registry=REGISTRY)
 SPARED_ENGINES = prom.Gauge("shardwise_gateway_spared_engines", "Engines (per model they serve) left out of the "
                             "fast path for queueing far beyond the model's other engines.", registry=REGISTRY)
+INTERNAL_ERRORS = prom.Counter("shardwise_gateway_internal_errors", "Requests the gateway failed itself (a bug): "
+                                "answered 500 server_error, by the exception's type.", ["exception"],
+                                registry=REGISTRY)
 XDS_REJECTED = prom.Counter("shardwise_gateway_xds_rejected", "Routes or endpoints Envoy refused (NACKs; it keeps "
                             "the last version it accepted).", registry=REGISTRY)
 

@@ -105,6 +105,14 @@ def shutting_down(retry_after_s: int) -> Refusal:
                     retry_after_s=retry_after_s)
 
 
+def internal_error(request_id: str) -> Refusal:
+    """A failure of the gateway's own (a bug): OpenAI's 500, with the id to quote when reporting it."""
+    return Refusal(500, body(f"The server had an error while processing your request. Sorry about that! You can "
+                             f"retry your request; if the error persists, report it with the request ID "
+                             f"{request_id}.", "server_error"),
+                   (("content-type", JSON), ("x-request-id", request_id)))
+
+
 def missing_api_key() -> Refusal:
     return _refusal(401, "You didn't provide an API key. You need to provide your API key in an Authorization "
                          "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).", "invalid_request_error",

@@ -49,7 +49,8 @@ def load_of(endpoint: str, outstanding: Mapping[str, int], stats: Mapping[str, E
 
 
 def _hash(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+    # surrogatepass: JSON may carry a lone surrogate ("\ud800"), which strict UTF-8 cannot encode.
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
 
 
 @functools.lru_cache(maxsize=256)
@@ -66,10 +67,8 @@ def prefix_of(body: Mapping[str, Any], chars: int = PREFIX_CHARS) -> str | None:
         parts = []
         for message in messages:
             if isinstance(message, Mapping):
-                content = message.get("content")
-                if not isinstance(content, str):  # multimodal parts: their text only
-                    content = "".join(p.get("text", "") for p in content or [] if isinstance(p, Mapping))
-                parts.append(f"{message.get('role', '')}:{content}\n")
+                role = message.get("role")
+                parts.append(f"{role if isinstance(role, str) else ''}:{_text(message.get('content'))}\n")
             if sum(map(len, parts)) >= chars:
                 break
         text = "".join(parts)
@@ -79,6 +78,17 @@ def prefix_of(body: Mapping[str, Any], chars: int = PREFIX_CHARS) -> str | None:
             prompt = prompt[0] if prompt and isinstance(prompt[0], str) else None
         text = prompt if isinstance(prompt, str) else ""
     return text[:chars] or None
+
+
+def _text(content: Any) -> str:
+    """A message's text: a string, or the text of its parts (multimodal). Whatever is not text (a
+    number, an object) adds nothing to the prefix: affinity skips it, and the engine, which owns
+    the schema, answers the request with its own 400."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    return ""
 
 
 def least_loaded(endpoints: Sequence[str], loads: Mapping[str, float], seq: int) -> str:

@@ -13,20 +13,45 @@ from shardwise.gateway.decide import keys, openai_errors
 from shardwise.gateway.decide.openai_errors import Refusal
 
 STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+# Deeper bodies are refused: Python's json gives up near 1,000 levels (RecursionError, not
+# ValueError) and the body is encoded again on the way out (with_stream_usage), a few frames deeper
+# in the stack than it was read. OpenAI's own structured outputs allow 10 levels of schema nesting;
+# 256 levels of JSON leaves room for any real request.
+MAX_DEPTH = 256
 
 
 def parse_body(raw: bytes) -> tuple[dict[str, Any], str] | Refusal:
-    """The body and its model, or the 400 to answer."""
+    """The body and its model, or the 400 to answer (any body that cannot be read gets one)."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         return openai_errors.invalid_json(str(exc))
+    except RecursionError:
+        return openai_errors.invalid_json(f"the body is nested more than {MAX_DEPTH} levels deep")
+    if _deeper_than(raw, body, MAX_DEPTH):
+        return openai_errors.invalid_json(f"the body is nested more than {MAX_DEPTH} levels deep")
     if not isinstance(body, dict):
         return openai_errors.not_an_object()
     model = body.get("model")
     if not isinstance(model, str) or not model:
         return openai_errors.missing_model()
     return body, model
+
+
+def _deeper_than(raw: bytes, body: Any, limit: int) -> bool:
+    # Counting the brackets first (in C) spares the walk for nearly every body: fewer brackets than
+    # the limit cannot nest deeper than it.
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    stack = [(body, 1)]
+    while stack:  # a loop, not recursion: the body may be as deep as json allowed
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in node.values() if isinstance(node, dict) else node if isinstance(node, list) else ():
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return False
 
 
 def with_stream_usage(path: str, body: dict[str, Any]) -> bytes | None:

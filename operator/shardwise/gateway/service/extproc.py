@@ -16,9 +16,13 @@ reaches `observer` once per request.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
-from collections.abc import AsyncIterator
+import time
+import traceback
+import uuid
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
@@ -34,11 +38,51 @@ from shardwise.gateway.service.gatekeeper import Gatekeeper, Ticket
 
 log = logging.getLogger(__name__)
 
+# Answers that end the request's exchange: after one of them nothing more may be sent on the stream.
+_FINAL = frozenset({"immediate_response", "request_body"})
+
+
+class Tracebacks:
+    """A traceback per signature (the exception's type and where it was raised) at most once per
+    `every` seconds, so a client that can trigger a bug cannot fill the log with it; the count of
+    those left out comes with the next one. (kube.quietlog's failing/recovered model fits one loop
+    that retries, not many requests failing alike.)"""
+
+    def __init__(self, every: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every, self._clock = every, clock
+        self._last: dict[tuple[str, str, int], float] = {}
+        self._left_out: collections.Counter[tuple[str, str, int]] = collections.Counter()
+
+    def log(self, exc: BaseException, request_id: str) -> bool:
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = (frames[-1].filename, frames[-1].lineno or 0) if frames else ("", 0)
+        signature = (type(exc).__name__, *where)
+        now, last = self._clock(), self._last.get(signature)
+        if last is not None and now - last < self.every:
+            self._left_out[signature] += 1
+            return False
+        self._last[signature] = now
+        left_out = self._left_out.pop(signature, 0)
+        log.error("request %s failed inside the gateway (answered 500 server_error)%s", request_id,
+                  f"; {left_out} more alike in the last {now - last:.0f} s" if left_out and last is not None else "",
+                  exc_info=exc)
+        return True
+
+
+def request_id_of(first: pb.ProcessingRequest) -> str:
+    """Envoy's x-request-id (its access log carries the same), else one of our own."""
+    try:
+        given = messages.header_map(first.request_headers).get("x-request-id", "")
+    except Exception:  # noqa: BLE001 - only an id is wanted here, whatever the headers are
+        given = ""
+    return given if 0 < len(given) <= 128 and given.isascii() and given.isprintable() else f"req_{uuid.uuid4().hex}"
+
 
 class ExtProc(pb_grpc.ExternalProcessorServicer):
     def __init__(self, dispatcher: Dispatcher, gatekeeper: Gatekeeper | None = None) -> None:
         self.dispatcher = dispatcher
         self.gatekeeper = gatekeeper  # None: no keys (every caller is served)
+        self.tracebacks = Tracebacks()
 
     async def Process(self, request_iterator: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 - gRPC's name
                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:
@@ -47,8 +91,18 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
             first = await anext(stream)
         except StopAsyncIteration:
             return
-        async for response in self._route(first, stream):
-            yield response
+        answered = False
+        try:
+            async for response in self._route(first, stream):
+                answered = answered or response.WhichOneof("response") in _FINAL
+                yield response
+        except Exception as exc:  # noqa: BLE001 - none may reach gRPC: Envoy would answer 503 with an empty body
+            request_id = request_id_of(first)
+            metrics.INTERNAL_ERRORS.labels(type(exc).__name__).inc()
+            self.tracebacks.log(exc, request_id)
+            if not answered:  # once routed, the request is the engine's to answer
+                metrics.REQUESTS.labels("", "500").inc()
+                yield messages.immediate(openai_errors.internal_error(request_id), "shardwise_internal_error")
 
     async def _route(self, first: pb.ProcessingRequest,
                      stream: AsyncIterator[pb.ProcessingRequest]) -> AsyncIterator[pb.ProcessingResponse]:
