@@ -587,6 +587,127 @@ class LoraSpec(_Model):
     ))
 
 
+class DisaggregationMode(str, Enum):
+    Off = "Off"
+    On = "On"
+
+
+class KVConnector(str, Enum):
+    # vLLM 0.32's KVConnectorFactory names (vllm/distributed/kv_transfer/kv_connector/factory.py).
+    Auto = "Auto"
+    NixlConnector = "NixlConnector"
+    LMCacheConnectorV1 = "LMCacheConnectorV1"
+    ExampleConnector = "ExampleConnector"
+    OffloadingConnector = "OffloadingConnector"
+
+
+DISAGGREGATION_OFFLOADING_MESSAGE = (
+    "spec.disaggregation.connector OffloadingConnector offloads KV to memory inside one engine: it cannot hand "
+    "a prefill engine's KV to a decode engine; use NixlConnector (GPUs), LMCacheConnectorV1 or ExampleConnector"
+)
+DISAGGREGATION_STORAGE_MESSAGE = (
+    "spec.disaggregation.connector ExampleConnector hands KV over as files: it needs "
+    "disaggregation.sharedStorage.claimName, a ReadWriteMany claim both roles mount"
+)
+DISAGGREGATION_ADAPTERS_MESSAGE = (
+    "spec.disaggregation.connector ExampleConnector keys the KV it saves by prompt tokens only, so a request for "
+    "one LoRA adapter could load KV another adapter computed: use NixlConnector or LMCacheConnectorV1 with adapters"
+)
+DISAGGREGATION_AUTOSCALING_MESSAGE = (
+    "spec.disaggregation with spec.autoscaling is not supported yet: each role runs the replicas its "
+    "disaggregation.prefill/decode.replicas say"
+)
+DISAGGREGATION_DECODE_MESSAGE = (
+    "spec.disaggregation.decode.replicas 0 with prefill replicas leaves nothing to answer requests: prefill "
+    "engines only compute KV; scale both roles to 0 together"
+)
+DISAGGREGATION_EXTRA_ARGS_MESSAGE = (
+    "spec.serving.extraArgs may not set --kv-transfer-config while spec.disaggregation is On: shardwise renders "
+    "it for each role from disaggregation.connector"
+)
+
+
+class PrefillSLO(_Model):
+    ttftP95: str | None = Field(None, pattern=DURATION_PATTERN,
+                                description="Time-to-first-token p95 the prefill role answers for, e.g. 2s.")
+
+
+class DecodeSLO(_Model):
+    itlP95: str | None = Field(None, pattern=DURATION_PATTERN,
+                               description="Inter-token latency p95 the decode role answers for, e.g. 30ms.")
+
+
+class PrefillRoleSpec(_Model):
+    replicas: int = Field(1, ge=0, le=MAX_REPLICAS, description="Prefill engines (default 1); 0 lets the decode "
+                          "engines prefill themselves.")
+    tensor: int | None = Field(None, ge=1, le=512, description="Tensor-parallel degree of a prefill engine; "
+                               "default: the plan's.")
+    slo: PrefillSLO = Field(default_factory=PrefillSLO, description="Latency the prefill role answers for.",
+                            **_EMPTY)
+
+
+class DecodeRoleSpec(_Model):
+    replicas: int = Field(1, ge=0, le=MAX_REPLICAS, description="Decode engines (default 1).")
+    tensor: int | None = Field(None, ge=1, le=512, description="Tensor-parallel degree of a decode engine; "
+                               "default: the plan's.")
+    slo: DecodeSLO = Field(default_factory=DecodeSLO, description="Latency the decode role answers for.", **_EMPTY)
+
+
+class SharedKVStorage(_Model):
+    claimName: str | None = Field(None, max_length=253, description="ReadWriteMany PersistentVolumeClaim both "
+                                  "roles mount (ExampleConnector).")
+    path: str = Field("/var/run/shardwise/kv", min_length=1, max_length=1024, pattern=r"^/[^\\s]*$",
+                      description="Where the claim is mounted in both roles; vLLM's shared_storage_path.")
+
+
+class DisaggregationSpec(_Model):
+    """Prefill and decode on separate engines that hand the prompt's KV cache over a connector."""
+
+    mode: DisaggregationMode = Field(
+        DisaggregationMode.Off, description="Off: one pool serves both phases (the default). On: a prefill "
+        "Deployment and a decode Deployment, each with vLLM's --kv-transfer-config for its role; requests reach "
+        "the decode engines, which prefill themselves unless a router hands them the prefill engines' KV.",
+    )
+    connector: KVConnector = Field(
+        KVConnector.Auto, description="vLLM 0.32 KV connector: Auto (NixlConnector, for GPUs with RDMA or "
+        "NVLink), NixlConnector, LMCacheConnectorV1, or ExampleConnector (files on a shared volume; CPU tests).",
+    )
+    sharedStorage: SharedKVStorage = Field(default_factory=SharedKVStorage,
+                                           description="The shared folder of ExampleConnector.", **_EMPTY)
+    prefill: PrefillRoleSpec = Field(default_factory=PrefillRoleSpec, description="The prefill role.", **_EMPTY)
+    decode: DecodeRoleSpec = Field(default_factory=DecodeRoleSpec, description="The decode role.", **_EMPTY)
+
+    @model_validator(mode="after")
+    def _runnable(self) -> DisaggregationSpec:  # the CEL rules below, for files read offline
+        if self.mode is DisaggregationMode.Off:
+            return self
+        if self.connector is KVConnector.OffloadingConnector:
+            raise ValueError(DISAGGREGATION_OFFLOADING_MESSAGE)
+        if self.connector is KVConnector.ExampleConnector and not self.sharedStorage.claimName:
+            raise ValueError(DISAGGREGATION_STORAGE_MESSAGE)
+        if self.decode.replicas == 0 and self.prefill.replicas > 0:
+            raise ValueError(DISAGGREGATION_DECODE_MESSAGE)
+        return self
+
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("self.mode == 'Off' || self.connector != 'OffloadingConnector'", DISAGGREGATION_OFFLOADING_MESSAGE,
+         ".connector"),
+        ("self.mode == 'Off' || self.connector != 'ExampleConnector' || has(self.sharedStorage.claimName)",
+         DISAGGREGATION_STORAGE_MESSAGE, ".sharedStorage"),
+        ("self.mode == 'Off' || self.decode.replicas > 0 || self.prefill.replicas == 0",
+         DISAGGREGATION_DECODE_MESSAGE, ".decode.replicas"),
+    ))
+
+
+# The --kv-transfer-config spellings argparse accepts in extraArgs (prefixes and `_` forms too).
+_KV_FLAG_CEL = "a.replace('_', '-').startsWith('--kv-transfer-config') || a.replace('_', '-') == '--kv-transfer'"
+
+
+def _kv_flag(item: str) -> bool:
+    flag = item.replace("_", "-")
+    return flag.startswith("--kv-transfer-config") or flag == "--kv-transfer"
+
+
 class InferenceDeploymentSpec(_Model):
     model: ModelSpec = Field(..., description="The model to serve.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="vLLM serving settings.", **_EMPTY)
@@ -619,6 +740,10 @@ class InferenceDeploymentSpec(_Model):
         None, description="LoRA serving limits; set (even to {}) with the first adapter, or before it to add the "
         "first one without restarting the pods."
     )
+    disaggregation: DisaggregationSpec | None = Field(
+        None, description="Prefill and decode on separate engines (docs/disaggregation.md); unset or mode Off: "
+        "one pool serves both."
+    )
 
     @model_validator(mode="after")
     def _adapter_names(self) -> InferenceDeploymentSpec:  # the first two CEL rules, for files read offline
@@ -627,6 +752,19 @@ class InferenceDeploymentSpec(_Model):
             raise ValueError("spec.adapters: each adapter needs a name of its own")
         if self.model.servedName is not None and self.model.servedName in names:
             raise ValueError("spec.adapters: an adapter may not take the base model's served name (model.servedName)")
+        return self
+
+    @model_validator(mode="after")
+    def _disaggregation_runs(self) -> InferenceDeploymentSpec:  # the CEL rules, for files read offline
+        d = self.disaggregation
+        if d is None or d.mode is DisaggregationMode.Off:
+            return self
+        if self.autoscaling is not None:
+            raise ValueError(DISAGGREGATION_AUTOSCALING_MESSAGE)
+        if d.connector is KVConnector.ExampleConnector and self.adapters:
+            raise ValueError(DISAGGREGATION_ADAPTERS_MESSAGE)
+        if any(_kv_flag(a) for a in self.serving.extraArgs):
+            raise ValueError(DISAGGREGATION_EXTRA_ARGS_MESSAGE)
         return self
 
     @model_validator(mode="after")
@@ -655,6 +793,16 @@ class InferenceDeploymentSpec(_Model):
         "optionalOldSelf": True,
         "message": "spec.replicas and spec.autoscaling cannot both be set: with autoscaling, shardwise owns the "
                    "replica count (between autoscaling.minReplicas and maxReplicas); remove spec.replicas",
+    }, {
+        "rule": "!(has(self.disaggregation) && self.disaggregation.mode == 'On') || !has(self.autoscaling)",
+        "message": DISAGGREGATION_AUTOSCALING_MESSAGE, "fieldPath": ".disaggregation",
+    }, {
+        "rule": "!(has(self.disaggregation) && self.disaggregation.mode == 'On') || self.disaggregation.connector != 'ExampleConnector' || "
+                "!has(self.adapters) || size(self.adapters) == 0",
+        "message": DISAGGREGATION_ADAPTERS_MESSAGE, "fieldPath": ".disaggregation.connector",
+    }, {
+        "rule": "!(has(self.disaggregation) && self.disaggregation.mode == 'On') || !has(self.serving.extraArgs) || !self.serving.extraArgs.exists(a, " + _KV_FLAG_CEL + ")",
+        "message": DISAGGREGATION_EXTRA_ARGS_MESSAGE, "fieldPath": ".serving.extraArgs",
     }, workload_fit.CEL_RULE]})
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from shardwise.api import names
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
-from shardwise.render import labels, leaderworkerset, modelcache
+from shardwise.render import disaggregation, labels, leaderworkerset, modelcache
 # Owner and the pod builders live in `pod`; they stay importable from here, where render() takes them.
 from shardwise.render.pod import Owner, build_pod_spec, object_metadata, pod_annotations
 from shardwise.render.vllm_args import VLLM_PORT, build_serve_args
@@ -61,7 +61,10 @@ def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any], re
     which need shardwise-launch; single-node pods run `vllm serve` and keep the spec's image.
     `cache` mounts the model cache into the serving pods; `expected_start_s` sizes the startup probe.
     """
-    if int(plan["nodesPerReplica"]) > 1:
+    if disaggregation.enabled(spec):
+        # Each role's own replicas: spec.disaggregation's, not the aggregated count.
+        out = disaggregation.render(owner, spec, plan)
+    elif int(plan["nodesPerReplica"]) > 1:
         out = [
             leaderworkerset.build_leaderworkerset(owner, spec, plan, replicas, runtime_image=runtime_image),
             build_service(owner, leaderworkerset.leader_selector(owner.name)),
