@@ -213,7 +213,7 @@ def test_the_gateway_is_off_by_default_and_one_value_turns_it_on(render: Render)
     assert pod["containers"][1]["command"] == ["shardwise", "gateway", "serve"]
     assert "--grpc-host=127.0.0.1" in pod["containers"][1]["args"]  # ext_proc never leaves the pod
     service = find(objects, "Service", "rel-shardwise-gateway")
-    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {"http": "http", "metrics": "metrics"}
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {"http": "http", "console": "console"}
     assert find(objects, "PodDisruptionBudget", "rel-shardwise-gateway")["spec"]["minAvailable"] == 1
     assert not [o for o in render("gateway.enabled=true", "gateway.replicas=1") if o["kind"] == "PodDisruptionBudget"
                 and "gateway" in o["metadata"]["name"]]
@@ -250,7 +250,7 @@ def test_the_charts_envoy_config_command_is_one_the_gateway_cli_accepts(render: 
 
 def test_engine_pods_take_traffic_only_from_the_gateway_and_the_operator(render: Render) -> None:
     objects = render("gateway.enabled=true", "operator.watchNamespaces={ml,team-a}")
-    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy" and o["metadata"]["name"].endswith("-engines")]
     assert sorted(p["metadata"]["namespace"] for p in policies) == ["ml", "team-a"]
     sources = policies[0]["spec"]["ingress"][0]["from"]
     components = next(e for e in sources[0]["podSelector"]["matchExpressions"]
@@ -259,6 +259,43 @@ def test_engine_pods_take_traffic_only_from_the_gateway_and_the_operator(render:
     assert policies[0]["spec"]["podSelector"]["matchExpressions"][0]["key"] == "shardwise.io/inference-deployment"
     assert not [o for o in render("gateway.enabled=true", "gateway.networkPolicy.enabled=false")
                 if o["kind"] == "NetworkPolicy"]
+
+
+def test_per_key_usage_is_on_a_port_only_prometheus_reaches(render: Render) -> None:
+    objects = render("gateway.enabled=true", "metrics.serviceMonitor.enabled=true", "metrics.podMonitor.enabled=true",
+                     flags=("--api-versions", "monitoring.coreos.com/v1"))
+    pod = find(objects, "Deployment", "rel-shardwise-gateway")["spec"]["template"]["spec"]
+    gateway = pod["containers"][1]
+    ports = {p["name"]: p["containerPort"] for p in gateway["ports"]}
+    assert f"--http-port={ports['console']}" in gateway["args"] and f"--metrics-port={ports['metrics']}" in gateway["args"]
+    assert gateway["readinessProbe"]["httpGet"]["port"] == "console"
+    # Clients' Service: no metrics port. Prometheus finds the pods through a Service of its own.
+    client = find(objects, "Service", "rel-shardwise-gateway")
+    assert "metrics" not in {p["name"] for p in client["spec"]["ports"]}
+    scrape = find(objects, "Service", "rel-shardwise-gateway-metrics")
+    assert [p["targetPort"] for p in scrape["spec"]["ports"]] == ["metrics"]
+    monitor = find(objects, "ServiceMonitor", "rel-shardwise-gateway")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= scrape["metadata"]["labels"].items()
+    assert not selector.items() <= client["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert find(objects, "PodMonitor", "rel-shardwise-gateway")["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    # The gateway's own NetworkPolicy: OpenAI and console ports from anywhere, metrics from Prometheus only.
+    policy = find(objects, "NetworkPolicy", "rel-shardwise-gateway")
+    assert policy["metadata"]["namespace"] == find(objects, "Deployment", "rel-shardwise-gateway")["metadata"]["namespace"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels(objects).items()
+    open_rule, metrics_rule = policy["spec"]["ingress"]
+    assert "from" not in open_rule and {p["port"] for p in open_rule["ports"]} == {"http", "console"}
+    assert [p["port"] for p in metrics_rule["ports"]] == ["metrics"]
+    assert metrics_rule["from"] == [{"namespaceSelector": {},
+                                     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
+    peers = render("gateway.enabled=true", "gateway.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=obs")
+    rule = find(peers, "NetworkPolicy", "rel-shardwise-gateway")["spec"]["ingress"][1]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"team": "obs"}}}]
+
+
+def pod_labels(objects: list) -> dict:
+    return find(objects, "Deployment", "rel-shardwise-gateway")["spec"]["template"]["metadata"]["labels"]
 
 
 def test_gateway_auth_reads_keys_writes_their_status_and_elects_one_writer(render: Render) -> None:
