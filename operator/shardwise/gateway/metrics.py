@@ -16,6 +16,9 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 
 REQUESTS = prom.Counter("shardwise_gateway_requests", "Requests by model and HTTP status code.",
                         ["model", "code"], registry=REGISTRY)
+SERVED = prom.Counter("shardwise_gateway_served_requests", "Responses by model and the engine that served them "
+                      "(IP:PORT, as the response's x-gateway-destination-endpoint-served header names it).",
+                      ["model", "endpoint"], registry=REGISTRY)
 SHED = prom.Counter("shardwise_gateway_shed_requests", "Requests refused for capacity (429 queue full, 503 "
                     "wake timeout).", ["model", "code"], registry=REGISTRY)
 HELD = prom.Gauge("shardwise_gateway_held_requests", "Requests held while their model wakes.", ["model"],

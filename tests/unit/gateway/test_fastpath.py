@@ -225,6 +225,23 @@ def test_a_known_model_is_routed_by_envoy_alone(door: dict) -> None:
     assert seen[envoy.MODEL_HEADER] == "fast-model"  # what the observer counts it under
 
 
+def test_every_response_an_engine_gave_names_it_fast_path_and_picker_streams_or_not(door: dict) -> None:
+    before = door["route"].streams
+    for model, picked in (("fast-model", 0), ("no-such-model", 1)):
+        answer = httpx.post(f"{door['url']}/chat/completions", json={"model": model, "messages": []}, timeout=10)
+        assert answer.status_code == 200 and answer.headers[envoy.SERVED_HEADER] == door["address"]
+        with httpx.stream("POST", f"{door['url']}/chat/completions", timeout=30,
+                          json={"model": model, "prompt": SLOW_STREAM.decode(), "stream": True}) as stream:
+            assert stream.headers["content-type"] == "text/event-stream"
+            assert stream.headers[envoy.SERVED_HEADER] == door["address"]
+            stream.read()
+        assert door["route"].streams == before + 2 * picked  # fast path: no ext_proc stream
+    # a response no engine gave (Envoy's own 413) names none
+    too_large = httpx.post(f"{door['url']}/chat/completions", content=b"x" * (5 * 1024 * 1024),
+                           headers={"content-type": "application/json"}, timeout=30)
+    assert too_large.status_code == 413 and envoy.SERVED_HEADER not in too_large.headers
+
+
 def test_a_conversation_hashes_alike_turn_after_turn(door: dict) -> None:
     system = "You answer questions about one long document. " * 10  # longer than the hashed window
     first = _chat(door, "fast-model", system, "first question")[envoy.AFFINITY_HEADER]

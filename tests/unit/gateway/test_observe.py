@@ -131,6 +131,7 @@ class Recorder(observer.Observer):
     def __init__(self) -> None:
         super().__init__()
         self.seen: dict[str, observer.Observation] = {}
+        self.upstream = ""
 
     def record(self, seen: observer.Observation) -> None:
         self.seen[seen.model] = seen
@@ -170,6 +171,7 @@ def door(tmp_path_factory: pytest.TempPathFactory):
     async def setup(server: grpc.aio.Server):
         upstream = await asyncio.start_server(_upstream, "127.0.0.1", 0)
         port = upstream.sockets[0].getsockname()[1]
+        recorder.upstream = f"127.0.0.1:{port}"
         pb_grpc.add_ExternalProcessorServicer_to_server(Route(f"127.0.0.1:{port}"), server)
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(observer.AccessLog(recorder), server)
         # Envoy's routes: the ext_proc route alone (no model is on the fast path here)
@@ -183,11 +185,12 @@ def door(tmp_path_factory: pytest.TempPathFactory):
 
 def _observe(door, name: str, **headers: str) -> tuple[observer.Observation, float]:
     url, recorder, _ = door
-    begun = time.monotonic()
+    begun, served = time.monotonic(), None
     try:
         with httpx.stream("POST", f"{url}/v1/chat/completions", content=b"{}",
                           headers={"x-case": name, **headers}, timeout=10) as response:
             assert response.status_code == 200
+            served = response.headers.get(envoy.SERVED_HEADER)
             assert b"".join(response.iter_raw()) == CASES[name].body  # passed on unchanged
     except httpx.RemoteProtocolError:
         assert CASES[name].break_after is not None
@@ -196,6 +199,8 @@ def _observe(door, name: str, **headers: str) -> tuple[observer.Observation, flo
     while name not in recorder.seen:
         assert time.monotonic() < deadline, f"no access-log entry for {name}"
         time.sleep(0.02)
+    # The engine that served, to the client and in the access log alike (a broken stream too).
+    assert served == recorder.upstream == recorder.seen[name].endpoint
     return recorder.seen[name], took
 
 

@@ -34,6 +34,10 @@ from shardwise.gateway.dataplane import match_lua, observe_lua
 from shardwise.gateway.decide import openai_errors, picker
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
+# The engine that served a response, IP:PORT: the name and value the Gateway API Inference
+# Extension's picker protocol gives the endpoint served (there: metadata in `envoy.lb`, for the
+# picker), here a response header to the client and the field the access log carries.
+SERVED_HEADER = "x-gateway-destination-endpoint-served"
 MODEL_HEADER = "x-shardwise-model"  # set by the route filter for the observer (and access logs)
 KEY_HEADER = "x-shardwise-key"  # the caller's key id, set by the route filter when keys are on
 ACCESS_LOG_NAME = "shardwise.observe"
@@ -118,6 +122,14 @@ def _match_filter() -> dict[str, Any]:
             "default_source_code": {"inline_string": match_lua.source((MODEL_HEADER, KEY_HEADER))}}
 
 
+def served_header() -> dict[str, Any]:
+    """The route table's response header naming the engine that served (fast path and picker
+    alike): the upstream host of the last try, so a retried connect names the one that answered.
+    A response no engine gave (the route filter's own answers, Envoy's 413) has none: Envoy adds
+    no header whose value formats empty."""
+    return {"header": {"key": SERVED_HEADER, "value": "%UPSTREAM_HOST%"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+
+
 def slow_route() -> dict[str, Any]:
     """The last route: through the ext_proc filter to the endpoint its picker names."""
     return {"name": "picker", "match": {"prefix": "/"},
@@ -155,6 +167,7 @@ def _observe_log(settings: EnvoySettings) -> dict[str, Any]:
                 "buffer_flush_interval": _seconds(settings.observe_flush_s),
             },
             "additional_request_headers_to_log": [MODEL_HEADER, KEY_HEADER],
+            "additional_response_headers_to_log": [SERVED_HEADER],
         },
     }
 

@@ -94,7 +94,7 @@ def _fast_route(route: routes.Route, path: str) -> dict[str, Any]:
 
 def route_config(table: routes.Table, *, enabled: bool = True) -> dict[str, Any]:
     fast = [_fast_route(route, path) for route in fast_models(table) for path in ROUTED_PATHS] if enabled else []
-    return {"name": ROUTE_CONFIG, "virtual_hosts": [{
+    return {"name": ROUTE_CONFIG, "response_headers_to_add": [envoy.served_header()], "virtual_hosts": [{
         "name": "openai", "domains": ["*"],
         "routes": [*fast, envoy.slow_route()],
     }]}

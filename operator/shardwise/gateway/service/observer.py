@@ -18,6 +18,9 @@ left) is counted as broken.
 With API keys on, the response's usage is charged to the key (`Gatekeeper.charge`: per-key
 metrics, the tokens bucket, the key's usage counters); a broken stream is charged the completion
 tokens it streamed before it broke (less fewer than observe_lua.EVENTS_STEP, the filter's write interval).
+
+The engine that served is the response's own `x-gateway-destination-endpoint-served` header (the
+access log carries it as the client got it): counted per model and endpoint for the console.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Observation:
     e2e_s: float | None  # start of the request to its last byte sent downstream
     events: int | None  # a stream's content events; None: not a stream
     usage: str | None  # the text from the response's last usage key on
+    endpoint: str | None = None  # IP:PORT of the engine that served it: the client's SERVED_HEADER
 
     @property
     def streaming(self) -> bool:
@@ -96,7 +100,8 @@ def observation_of(entry: accesslog_pb2.HTTPAccessLogEntry) -> Observation | Non
     return Observation(model=model, key_id=headers.get(KEY_HEADER) or None, code=str(code) if code else "reset",
                        complete=complete, ttft_s=ttft, e2e_s=e2e,
                        events=int(events) if isinstance(events, float) and events >= 0 else None,
-                       usage=text if isinstance(text, str) else None)
+                       usage=text if isinstance(text, str) else None,
+                       endpoint=entry.response.response_headers.get(envoy.SERVED_HEADER) or None)
 
 
 class Observer:
@@ -108,6 +113,8 @@ class Observer:
         if seen.ttft_s is not None:
             metrics.TTFT.labels(model).observe(seen.ttft_s)
         metrics.REQUESTS.labels(model, code).inc()
+        if seen.endpoint:
+            metrics.SERVED.labels(model, seen.endpoint).inc()
         key_id = seen.key_id if self.gatekeeper is not None else None
         if key_id:
             metrics.KEY_REQUESTS.labels(key_id, model, code).inc()
