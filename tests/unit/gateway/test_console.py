@@ -34,8 +34,9 @@ class _Fields(html.parser.HTMLParser):
         a = dict(attrs)
         if tag == "script":
             self.scripts += 1
-        if "data-deployment" in a or "data-key" in a:
-            self.row = a.get("data-deployment") or f"key:{a.get('data-key')}"
+        if "data-deployment" in a or "data-key" in a or "data-endpoint" in a:
+            self.row = a.get("data-deployment") or (f"engine:{a['data-endpoint']}" if "data-endpoint" in a
+                                                    else f"key:{a.get('data-key')}")
         if "data-field" in a and "data-value" in a:
             self.rows.setdefault(self.row, {})[a["data-field"] or ""] = a["data-value"] or ""
 
@@ -111,6 +112,26 @@ def test_keys_section_notes_keys_off_or_renders_rows() -> None:
     assert fields["requests"] == "10" and fields["rejected"] == "2" and fields["completionTokens"] == "300"
     assert "tokens: 2" in page
     assert "No request with an API key yet" in console.render(_view(keys_enabled=True))
+
+
+def test_engines_are_named_as_the_response_header_names_them() -> None:
+    from shardwise.gateway.console import web as consoleweb
+    from shardwise.gateway.service import observer
+
+    assert "No response from an engine" in console.render(_view())
+    seen = {"model": "llama-8b", "key_id": None, "code": "200", "complete": True, "ttft_s": 0.1, "e2e_s": 0.2,
+            "events": None, "usage": None}
+    record = observer.Observer().record
+    for endpoint in ("10.9.0.1:8000", "10.9.0.1:8000", "10.9.0.2:8000"):
+        record(observer.Observation(**seen, endpoint=endpoint))
+    record(observer.Observation(**seen))  # no engine named: not a row
+    rows = [r for r in console.engine_rows(consoleweb._served_samples()) if r.endpoint.startswith("10.9.0.")]
+    assert [(r.model, r.endpoint, r.requests) for r in rows] == [("llama-8b", "10.9.0.1:8000", 2),
+                                                                  ("llama-8b", "10.9.0.2:8000", 1)]
+    page = console.render(_view(engines=rows))
+    fields = _parse(page).rows["engine:10.9.0.1:8000"]
+    assert fields == {"x-gateway-destination-endpoint-served": "10.9.0.1:8000", "requests": "2"}
+    assert "<th>x-gateway-destination-endpoint-served</th>" in page
 
 
 def test_names_are_escaped() -> None:

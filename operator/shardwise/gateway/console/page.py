@@ -138,6 +138,23 @@ def key_rows(samples: Iterable[tuple[str, Mapping[str, str], float]]) -> list[Ke
 
 
 @dataclasses.dataclass(frozen=True)
+class EngineRow:
+    model: str
+    endpoint: str  # IP:PORT, as the response header x-gateway-destination-endpoint-served names it
+    requests: float = 0
+
+
+def engine_rows(samples: Iterable[tuple[str, Mapping[str, str], float]]) -> list[EngineRow]:
+    """Rows from the gateway's served-requests series, one per (model, engine), in that order."""
+    rows: dict[tuple[str, str], float] = {}
+    for name, labels, value in samples:
+        if name == "shardwise_gateway_served_requests_total" and labels.get("endpoint"):
+            where = (labels.get("model", ""), labels["endpoint"])
+            rows[where] = rows.get(where, 0) + value
+    return [EngineRow(model, endpoint, value) for (model, endpoint), value in sorted(rows.items())]
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelView:
     namespace: str
     name: str
@@ -151,6 +168,7 @@ class View:
     models: Sequence[ModelView]
     keys: Sequence[KeyRow] = ()
     keys_enabled: bool = False
+    engines: Sequence[EngineRow] = ()
     generated_at: str = ""
     refresh_s: float = 10.0
 
@@ -223,6 +241,22 @@ def _model_row(m: ModelView) -> str:
     ])
 
 
+def _engine_section(view: View) -> str:
+    # The column carries the response header's own name: what a client sees is what is counted here.
+    if not view.engines:
+        return ('<section id="engines"><h2>Engines</h2><p class="note">No response from an engine through this '
+                "gateway replica yet.</p></section>")
+    rows = "".join(
+        f'<tr data-endpoint="{html.escape(e.endpoint)}"><td>{html.escape(e.model)}</td>'
+        f'<td data-field="x-gateway-destination-endpoint-served" data-value="{html.escape(e.endpoint)}">'
+        f'<code>{html.escape(e.endpoint)}</code></td>'
+        + _cell("requests", e.requests) + "</tr>" for e in view.engines)
+    return ('<section id="engines"><h2>Engines</h2><p class="note">Responses by the engine that served them, as '
+            "each response's <code>x-gateway-destination-endpoint-served</code> header names it, since this gateway "
+            "replica started.</p><table><thead><tr><th>model</th><th>x-gateway-destination-endpoint-served</th>"
+            f"<th>responses</th></tr></thead><tbody>{rows}</tbody></table></section>")
+
+
 def _key_section(view: View) -> str:
     if not view.keys_enabled:
         return ('<section id="keys"><h2>API keys</h2><p class="note">API keys are not enabled on this gateway '
@@ -285,6 +319,7 @@ data-value="{_num(round(total, 2))}">${_num(round(total, 2))}</span>/hour in all
 <th>$/1M tokens</th><th>SLO</th><th>last hour: TTFT p95, tokens/s</th></tr></thead><tbody>{rows}</tbody></table>
 <p class="note">Latency and throughput are the InferenceDeployments' status figures (the operator's
 sliding window, status.latency.window, over the engines' histograms); $/1M is per output token.</p></section>
+{_engine_section(view)}
 {_key_section(view)}
 </main><script>{_SCRIPT % max(1, int(view.refresh_s))}</script></body></html>
 """

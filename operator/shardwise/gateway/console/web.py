@@ -44,6 +44,10 @@ def _key_samples() -> list[tuple[str, dict[str, str], float]]:
             for s in family.samples if "key" in s.labels]
 
 
+def _served_samples() -> list[tuple[str, dict[str, str], float]]:
+    return [(s.name, dict(s.labels), s.value) for s in metrics.SERVED.collect()[0].samples]
+
+
 class Console:
     def __init__(self, gateway: Source, clock: Callable[[], float] = time.time,
                  sample_every_s: float = console.EVERY_S, refresh_s: float = 10.0) -> None:
@@ -65,6 +69,7 @@ class Console:
             models=[console.ModelView(ns, name, served, fig, self.history.series(f"{ns}/{name}"))
                     for ns, name, served, fig in models],
             keys=console.key_rows(_key_samples()),
+            engines=console.engine_rows(_served_samples()),
             keys_enabled=getattr(self.gateway.settings, "auth", None) is not None,
             generated_at=datetime.datetime.fromtimestamp(self.clock(), datetime.timezone.utc)
             .strftime("%Y-%m-%d %H:%M:%S UTC"),
