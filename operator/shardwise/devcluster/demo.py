@@ -1,8 +1,11 @@
 """`make demo`: a local control plane with a simulated GPU fleet, the operator, and live traffic.
 
-Starts the cluster (building it first if needed), installs the CRD, runs `shardwise run`, starts
-the simulated vLLM fleet (one engine per serving pod, on the pod's loopback IP), applies
-examples/, drives load at each model, and prints `kubectl get infd -A` until Ctrl-C. One more
+Starts the cluster (building it first if needed), installs every CRD the chart ships, runs
+`shardwise run`, starts the simulated vLLM fleet (one engine per serving pod, on the pod's loopback
+IP), runs the gateway with API keys and a local Redis (Debian's redis-server) for its quotas, makes
+demo keys, applies examples/, drives load at each model with a key (and one small-quota key past
+its limit, so 429s show on the console), prints the OpenAI base URL, the console URL, a key and a
+curl line, and prints `kubectl get infd -A` until Ctrl-C. One more
 example (examples/model-cache/) is served from the model cache: a local hub serves its weights,
 the downloader pod runs as a real process, and its progress shows in the Download column. Every process
 it started is stopped on the way out.
@@ -22,6 +25,7 @@ import yaml
 from shardwise.devcluster.cluster import LocalCluster
 from shardwise.devcluster.gateway import FrontDoor
 from shardwise.devcluster.processes import Process, free_port
+from shardwise.devcluster.redis import RedisServer
 from shardwise_runtime.sim.real import LOCAL_VLLM_CPU_IMAGE
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -49,18 +53,50 @@ def _load_profile(doc: dict) -> list[tuple[float, float]]:
     return [(3, 1800)]
 
 
-def _start_load(cluster: LocalCluster, doc: dict, log_dir: pathlib.Path, base_url: str) -> Process:
-    """The example's traffic, through the gateway: one base URL, the model picked by name."""
-    name = doc["metadata"]["name"]
-    served = doc["spec"]["model"].get("servedName") or name
+def _start_load(cluster: LocalCluster, doc: dict, log_dir: pathlib.Path, base_url: str, api_key: str, *,
+                name: str = "", profile: list[tuple[float, float]] | None = None) -> Process:
+    """The example's traffic, through the gateway: one base URL, the model picked by name, a demo key
+    (in the environment, not on the command line)."""
+    name = name or doc["metadata"]["name"]
+    served = doc["spec"]["model"].get("servedName") or doc["metadata"]["name"]
     phases = " ; ".join(
         f"sleep {seconds}" if rps == 0 else
         f"{sys.executable} -m shardwise_runtime.sim.server load --base-url {base_url} "
         f"--model {served} --rps {rps} --duration {seconds} --max-tokens 32 >/dev/null"
-        for rps, seconds in _load_profile(doc))
-    process = Process(f"load-{name}", ["bash", "-c", phases], log_dir / f"load-{name}.log")
+        for rps, seconds in profile or _load_profile(doc))
+    process = Process(f"load-{name}", ["bash", "-c", phases], log_dir / f"load-{name}.log",
+                      env={"OPENAI_API_KEY": api_key})
     process.start()
     return process
+
+
+# The demo's keys (docs/gateway.md "API keys and quotas"): `team` opens the console and has no
+# limits; `trial` gets TRIAL_RPM requests a minute and is sent one a second, so it meets its limit
+# within seconds of its first request and the console shows its 429s.
+KEYS_NAMESPACE, TRIAL_RPM = "default", 10
+
+
+def _make_key(cluster: LocalCluster, name: str, **spec: object) -> str:
+    """A Secret made with `kubectl create secret generic` (never client-side apply: no second copy of
+    the key in an annotation), labelled for the gateway, and its APIKey."""
+    import secrets
+
+    token = f"sk-demo-{name}-{secrets.token_hex(12)}"
+    ns = ("-n", KEYS_NAMESPACE)
+    cluster.kubectl(*ns, "create", "secret", "generic", f"{name}-key", f"--from-literal=key={token}")
+    cluster.kubectl(*ns, "label", "secret", f"{name}-key", "shardwise.io/api-key=true")
+    cluster.kubectl(*ns, "apply", "-f", "-", input=yaml.safe_dump(
+        {"apiVersion": "shardwise.io/v1alpha1", "kind": "APIKey", "metadata": {"name": name},
+         "spec": {"secretName": f"{name}-key", **spec}}))
+    return token
+
+
+def _always_on(docs: list[dict], real_engine: list[str]) -> dict:
+    """The example the trial key calls: one that never scales to zero and runs on the simulator."""
+    for doc in docs:
+        if doc["metadata"]["name"] not in real_engine and (doc["spec"].get("autoscaling") or {}).get("minReplicas") != 0:
+            return doc
+    return docs[0]
 
 
 CACHE_EXAMPLE = ROOT / "examples/model-cache/tiny-llama.yaml"
@@ -129,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cluster.start()
         nodes = cluster.add_nodes(args.topology)
-        cluster.install_crd(ROOT / "crds/inferencedeployments.shardwise.io.yaml")
+        for crd in sorted((ROOT / "charts/shardwise/files").glob("*.shardwise.io.yaml")):  # every CRD the chart ships
+            cluster.install_crd(crd)
         if "lws-crd.yaml" in cluster.bins:
             cluster.install_crd(cluster.bins["lws-crd.yaml"])
         print(f"control plane up in {time.monotonic() - started:.0f}s with {len(nodes)} simulated GPU nodes", flush=True)
@@ -153,9 +190,16 @@ def main(argv: list[str] | None = None) -> int:
         for process in (operator, fleet):
             process.start()
             cluster.processes.append(process)
-        gateway = FrontDoor(cluster.kubeconfig, logs, name="gateway")
+        redis = RedisServer(logs)
+        cluster.processes.append(redis.process)
+        redis.start()
+        gateway = FrontDoor(cluster.kubeconfig, logs, name="gateway",
+                            extra_args=("--auth", "--redis-url", redis.url, "--key-status-interval", "5",
+                                        "--lease-namespace", KEYS_NAMESPACE))
         cluster.processes += [gateway.gateway, gateway.envoy]
         gateway.start()
+        team = _make_key(cluster, "team", console=True)
+        trial = _make_key(cluster, "trial", requestsPerMinute=TRIAL_RPM)
 
         docs = [yaml.safe_load(p.read_text()) for p in sorted(args.examples.glob("*.yaml"))]
         for doc in docs:
@@ -168,10 +212,21 @@ def main(argv: list[str] | None = None) -> int:
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
         cluster.kubectl("apply", "-f", str(CACHE_EXAMPLE))
         for doc in docs:
-            cluster.processes.append(_start_load(cluster, doc, logs, gateway.base_url))
+            cluster.processes.append(_start_load(cluster, doc, logs, gateway.base_url, team))
+        trial_doc = _always_on(docs, args.real_engine)
+        cluster.processes.append(_start_load(cluster, trial_doc, logs, gateway.base_url, trial, name="trial-key",
+                                             profile=[(1, 1800)]))
+        trial_model = trial_doc["spec"]["model"].get("servedName") or trial_doc["metadata"]["name"]
 
         print(f"\nOPENAI_BASE_URL={gateway.base_url}   (one endpoint for every model: "
               f"{', '.join(d['spec']['model'].get('servedName') or d['metadata']['name'] for d in docs)})")
+        print(f"OPENAI_API_KEY={team}   (APIKey {KEYS_NAMESPACE}/team: no limits, opens the console; "
+              f"{KEYS_NAMESPACE}/trial: {TRIAL_RPM} requests/min, sent 1/s, so it gets 429s)")
+        print(f"console: {gateway.console_url}   (a browser asks for a login: any user name, the key above "
+              f"as the password; or curl -H 'Authorization: Bearer {team}' {gateway.console_url})")
+        print("try it:\n  curl -s " + gateway.base_url + "/chat/completions -H 'Authorization: Bearer " + team
+              + "' -H 'Content-Type: application/json' -d '{\"model\": \"" + trial_model
+              + "\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"max_tokens\": 16}'")
         print(f"KUBECONFIG={cluster.kubeconfig}   (use it from another terminal: kubectl get infd -A)")
         print(f"logs: {logs}\n", flush=True)
         while not stop:

@@ -149,6 +149,7 @@ async def run_load(
     concurrency: int = 64,
     max_tokens: int | Sequence[int] = 32,
     request_timeout_s: float = 60.0,
+    api_key: str = "EMPTY",
 ) -> list[RequestRecord]:
     """Send round(rps * duration_s) streaming chat requests at a fixed rate; return what was seen.
 
@@ -170,7 +171,7 @@ async def run_load(
         if url not in clients:
             clients[url] = openai.AsyncOpenAI(
                 base_url=loopback.require_loopback_url(url),
-                api_key="EMPTY",
+                api_key=api_key,
                 timeout=request_timeout_s,
                 max_retries=0,
             )

@@ -141,6 +141,11 @@ def _parser() -> argparse.ArgumentParser:
     loadgen.add_argument("--max-tokens", type=int, default=32)
     loadgen.add_argument("--timeout", type=float, default=60.0, help="per-request seconds")
     loadgen.add_argument("--csv", default=None, help="write one row per request here")
+    loadgen.add_argument(
+        "--api-key",
+        default=os.environ.get("OPENAI_API_KEY", "EMPTY"),
+        help="sent as Authorization: Bearer (a gateway with API keys); default $OPENAI_API_KEY",
+    )
     return parser
 
 
@@ -263,6 +268,7 @@ def _load(args: argparse.Namespace) -> int:
                 concurrency=args.concurrency,
                 max_tokens=args.max_tokens,
                 request_timeout_s=args.timeout,
+                api_key=args.api_key,
             )
         )
     finally:
