@@ -104,9 +104,9 @@ def _in_last_applied(annotations: Any, token: str) -> bool:
         applied = None
     if not isinstance(applied, Mapping):
         return token in text or base64.b64encode(token.encode()).decode() in text
-    plain = (applied.get("stringData") or {}).get(apikeys.SECRET_DATA_KEY) \
-        if isinstance(applied.get("stringData"), Mapping) else None
-    encoded = (applied.get("data") or {}).get(apikeys.SECRET_DATA_KEY) if isinstance(applied.get("data"), Mapping) else None
+    string_data, data = applied.get("stringData"), applied.get("data")
+    plain = string_data.get(apikeys.SECRET_DATA_KEY) if isinstance(string_data, Mapping) else None
+    encoded = data.get(apikeys.SECRET_DATA_KEY) if isinstance(data, Mapping) else None
     if isinstance(plain, str) and plain.strip() == token:
         return True
     if isinstance(encoded, str):
