@@ -656,7 +656,7 @@ class DecodeRoleSpec(_Model):
 class SharedKVStorage(_Model):
     claimName: str | None = Field(None, max_length=253, description="ReadWriteMany PersistentVolumeClaim both "
                                   "roles mount (ExampleConnector).")
-    path: str = Field("/var/run/shardwise/kv", min_length=1, max_length=1024, pattern=r"^/[^\\s]*$",
+    path: str = Field("/var/run/shardwise/kv", min_length=1, max_length=1024, pattern=r"^/\S*$",
                       description="Where the claim is mounted in both roles; vLLM's shared_storage_path.")
 
 
