@@ -20,7 +20,8 @@ settings.register_profile(
     "fast", max_examples=60, deadline=None, derandomize=True, suppress_health_check=_SLOW_OK,
     database=None,
 )
-# Seven targets x 7,500 = 52,500 inputs at least (draws a target rejects are not counted).
+# Seven core targets x 7,500 = 52,500 inputs at least (draws a target rejects are not counted);
+# the gateway's (test_fuzz_gateway.py) about 52,000 more.
 settings.register_profile(
     "long", max_examples=7_500, deadline=None, suppress_health_check=_SLOW_OK, database=None,
 )

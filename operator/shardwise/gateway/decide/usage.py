@@ -74,7 +74,8 @@ class Tally:
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and value >= 0 else None
+    # Not a bool: a broken engine's `"completion_tokens": true` is no count (Python's True is 1).
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 _USAGE_KEY = re.compile(r'"usage"\s*:\s*')
