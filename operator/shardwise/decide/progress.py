@@ -45,11 +45,12 @@ def kstatus_conditions(updates: list[Condition]) -> list[Condition]:
     return out
 
 
-def invalid_spec_status(status: dict[str, Any], message: str, *, generation: int | None, now: str) -> dict[str, Any]:
+def invalid_spec_status(status: dict[str, Any], message: str, *, generation: int | None, now: str,
+                        reason: str = "InvalidSpec") -> dict[str, Any]:
     updates = [
-        Condition("Ready", False, "InvalidSpec", message),
-        Condition("Degraded", True, "InvalidSpec", message),
-        Condition("Progressing", False, "InvalidSpec", message),
+        Condition("Ready", False, reason, message),
+        Condition("Degraded", True, reason, message),
+        Condition("Progressing", False, reason, message),
     ]
     updates += kstatus_conditions(updates)
     return {

@@ -43,12 +43,15 @@ from shardwise.kube.compare import contains, merge_patch
 from shardwise.planner import plans
 from shardwise.planner.models import ModelArch
 from shardwise.api import names
-from shardwise.render import children, leaderworkerset, routing
+from shardwise.render import children, disaggregation, leaderworkerset, routing
 from shardwise.render.labels import WAKE_ANNOTATION
 from shardwise.render import modelcache as mc
 
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
+DISAGGREGATION_NOT_SERVED = (
+    "spec.disaggregation mode On is not served by this operator yet: nothing is created (docs/disaggregation.md, "
+    "Limits); set mode Off to serve both phases on one pool")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +173,11 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
     spec = parse_spec(infd)
     if isinstance(spec, str):
         return _with_status(stored, progress.invalid_spec_status(stored, spec, generation=generation, now=now))
+    if disaggregation.enabled(spec):
+        # Rendered and proven on the real engine, but status, rollouts and replacement still know one
+        # workload per deployment: applying two would have the second "replace" the first.
+        return _with_status(stored, progress.invalid_spec_status(
+            stored, DISAGGREGATION_NOT_SERVED, generation=generation, now=now, reason="DisaggregationNotServed"))
     refused = refused or Refused()
     owner = children.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
     if snapshot.cache is not None and spec.adapters:  # ranks the downloads stamped on the claim
