@@ -129,7 +129,7 @@ def test_a_body_as_deep_as_the_limit_is_read() -> None:
 # A real Envoy ---------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def _front_door(tmp: pathlib.Path, *, keys_on: bool) -> Iterator[str]:
+def _front_door(tmp: pathlib.Path, *, keys_on: bool, dispatcher_cls: type[Dispatcher] = Dispatcher) -> Iterator[str]:
     from shardwise.devcluster.processes import free_port
     from shardwise_runtime.sim.app import build_app
     from shardwise_runtime.sim.config import EngineConfig
@@ -141,7 +141,7 @@ def _front_door(tmp: pathlib.Path, *, keys_on: bool) -> Iterator[str]:
                                                              port=port, ttft_ms=1, itl_ms=1))))
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
-        dispatcher = _dispatcher(endpoint=f"127.0.0.1:{port}")
+        dispatcher = _dispatcher(dispatcher_cls, endpoint=f"127.0.0.1:{port}")
         gate = None
         if keys_on:
             gate = gatekeeper.Gatekeeper(gatekeeper.AuthSettings())
@@ -149,7 +149,8 @@ def _front_door(tmp: pathlib.Path, *, keys_on: bool) -> Iterator[str]:
             gate.set_table(keys.build_table([{"metadata": {"name": "k", "namespace": "n"},
                                               "spec": {"secretName": "s"}}], [secret]))
         pb_grpc.add_ExternalProcessorServicer_to_server(extproc.ExtProc(dispatcher, gate), server)
-        discovery = xds.Discovery(fastpath.snapshot(dispatcher.table, enabled=not keys_on))
+        fast = not keys_on and dispatcher_cls is Dispatcher
+        discovery = xds.Discovery(fastpath.snapshot(dispatcher.table, enabled=fast))
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(discovery, server)
         return lambda: asyncio.ensure_future(runner.cleanup())
 
@@ -182,3 +183,12 @@ def test_hostile_bodies_get_an_openai_4xx_or_the_engines_answer_on_a_real_envoy(
             response = httpx.post(f"{url}/chat/completions", content=DEEP, headers={"content-type": "application/json"})
             assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_api_key"
     assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+
+
+def test_a_failure_inside_the_gateway_reaches_the_client_as_a_500_in_openai_words(tmp_path: pathlib.Path) -> None:
+    with _front_door(tmp_path, keys_on=False, dispatcher_cls=Broken) as url:
+        response = httpx.post(f"{url}/chat/completions", json=NUMERIC[0], timeout=30)
+    assert response.status_code == 500 and response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert error["type"] == "server_error" and error["code"] is None
+    assert response.headers["x-request-id"] in error["message"]  # Envoy's id, the one its access log has
