@@ -37,7 +37,8 @@ def test_routing_filter_buffers_the_request_and_skips_the_response() -> None:
 
 def test_observer_measures_inside_envoy_and_logs_once_per_request() -> None:
     hcm = _hcm(envoy.bootstrap(SETTINGS))
-    assert [f["name"] for f in hcm["http_filters"]] == ["shardwise.body", "shardwise.match", "shardwise.route",
+    assert [f["name"] for f in hcm["http_filters"]] == ["shardwise.body", "shardwise.match", "shardwise.keys",
+                                                         "shardwise.route",
                                                          "shardwise.observe", "envoy.filters.http.router"]
     lua = _filter(hcm, "shardwise.observe")
     assert lua["@type"].endswith("filters.http.lua.v3.Lua")
@@ -61,7 +62,8 @@ def test_observer_measures_inside_envoy_and_logs_once_per_request() -> None:
 
 def test_no_observe_has_neither_filter_nor_log() -> None:
     hcm = _hcm(envoy.bootstrap(envoy.EnvoySettings(1, 2, 3, observe=False)))
-    assert [f["name"] for f in hcm["http_filters"]] == ["shardwise.body", "shardwise.match", "shardwise.route",
+    assert [f["name"] for f in hcm["http_filters"]] == ["shardwise.body", "shardwise.match", "shardwise.keys",
+                                                         "shardwise.route",
                                                          "envoy.filters.http.router"]
     assert "access_log" not in hcm
 

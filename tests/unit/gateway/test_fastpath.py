@@ -25,7 +25,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from shardwise.gateway import metrics
-from shardwise.gateway.dataplane import envoy, fastpath, xds
+from shardwise.gateway.dataplane import envoy, fastpath, keys_lua, xds
 from shardwise.gateway.decide import routes
 from shardwise.gateway.dataplane import extproc_messages
 from tests.unit.gateway.envoy_harness import envoy_beside
@@ -63,7 +63,9 @@ def test_a_model_with_endpoints_gets_a_route_per_openai_path_and_the_picker_take
     assert llama["route"]["hash_policy"] == [{"header": {"header_name": envoy.AFFINITY_HEADER}}]
     assert llama["typed_per_filter_config"][envoy.ROUTE_FILTER]["disabled"] is True
     assert llama["request_headers_to_add"][0]["header"] == {"key": envoy.MODEL_HEADER, "value": "llama"}
-    assert found[-1] == envoy.slow_route()  # a held model, an unknown one, a bad body: the picker
+    # a held model, an unknown one, a bad body: the picker; keys off, so the keys filter is off there
+    assert {k: v for k, v in found[-1].items() if k != "typed_per_filter_config"} == envoy.slow_route()
+    assert found[-1]["typed_per_filter_config"][keys_lua.FILTER]["disabled"] is True
 
 
 def test_each_endpoint_lists_every_model_it_serves() -> None:
@@ -73,7 +75,19 @@ def test_each_endpoint_lists_every_model_it_serves() -> None:
     assert served == {"10.0.0.1": ["llama"], "10.0.0.2": ["llama", "sql-lora"]}
 
 
-def test_with_keys_or_turned_off_every_request_takes_the_picker() -> None:
+def test_with_keys_the_fast_routes_need_the_key_filters_verdict_and_the_picker_route_carries_the_table() -> None:
+    keyed = {keys_lua.MARK: True, "ab" * 32: {"id": "ns/k"}}
+    found = _routes(fastpath.snapshot(TABLE, keyed=keyed))
+    llama = found[0]
+    assert {"name": envoy.KEY_HEADER, "present_match": True} in llama["match"]["headers"]
+    assert llama["request_headers_to_remove"] == ["authorization"]
+    assert found[-1]["metadata"] == {"filter_metadata": {keys_lua.FILTER: keyed}}
+    assert "typed_per_filter_config" not in found[-1]  # the keys filter runs there
+    for resource in (fastpath.snapshot(TABLE, keyed=keyed).route_config,):
+        xds.resource_of(xds.ROUTES, resource)  # Envoy's protos take it
+
+
+def test_turned_off_every_request_takes_the_picker() -> None:
     snapshot = fastpath.snapshot(TABLE, enabled=False)
     assert [r["name"] for r in _routes(snapshot)] == ["picker"]
     assert snapshot.endpoints == {"cluster_name": envoy.FAST_CLUSTER, "endpoints": []}

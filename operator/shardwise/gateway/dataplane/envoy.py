@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shardwise.gateway.dataplane import match_lua, observe_lua
+from shardwise.gateway.dataplane import keys_lua, match_lua, observe_lua
 from shardwise.gateway.decide import openai_errors, picker
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
@@ -110,7 +110,12 @@ def _body_model_filter() -> dict[str, Any]:
         "@type": _JSON_TO_METADATA,
         "request_rules": {
             "rules": [{"selectors": [{"key": "model"}],
-                       "on_present": {"metadata_namespace": match_lua.NAMESPACE, "key": "model", "type": "STRING"}}],
+                       "on_present": {"metadata_namespace": match_lua.NAMESPACE, "key": "model", "type": "STRING"}},
+                      # For the keys filter: a keyed stream must report its usage (keys_lua.py).
+                      {"selectors": [{"key": "stream"}],
+                       "on_present": {"metadata_namespace": match_lua.NAMESPACE, "key": "stream"}},
+                      {"selectors": [{"key": "stream_options"}, {"key": "include_usage"}],
+                       "on_present": {"metadata_namespace": match_lua.NAMESPACE, "key": "include_usage"}}],
             "allow_content_types": ["application/json", "application/json; charset=utf-8",
                                     "application/json;charset=utf-8"],
         },
@@ -120,6 +125,13 @@ def _body_model_filter() -> dict[str, Any]:
 def _match_filter() -> dict[str, Any]:
     return {"@type": _LUA, "stat_prefix": "match",
             "default_source_code": {"inline_string": match_lua.source((MODEL_HEADER, KEY_HEADER))}}
+
+
+def _keys_filter() -> dict[str, Any]:
+    """Keyed requests of fast models authenticated in Envoy (keys_lua.py); it reads its table from
+    the picker route's metadata, so with keys off (no table) it does nothing."""
+    return {"@type": _LUA, "stat_prefix": "keys",
+            "default_source_code": {"inline_string": keys_lua.source(match_lua.NAMESPACE, MODEL_MATCH_HEADER)}}
 
 
 def served_header() -> dict[str, Any]:
@@ -186,6 +198,7 @@ def _too_large_mapper(settings: EnvoySettings) -> dict[str, Any]:
 def bootstrap(settings: EnvoySettings) -> dict[str, Any]:
     filters = [{"name": "shardwise.body", "typed_config": _body_model_filter()},
                {"name": "shardwise.match", "typed_config": _match_filter()},
+               {"name": keys_lua.FILTER, "typed_config": _keys_filter()},
                {"name": ROUTE_FILTER, "typed_config": _route_filter(settings)}]
     if settings.observe:
         filters.append({"name": "shardwise.observe", "typed_config": _observe_filter()})

@@ -32,9 +32,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from shardwise.gateway.dataplane import envoy
+from shardwise.gateway.dataplane import envoy, keys_lua
 from shardwise.gateway.decide import overload, routes
 
 ROUTE_CONFIG = envoy.ROUTE_CONFIG
@@ -44,6 +45,8 @@ AFFINITY_HEADER = envoy.AFFINITY_HEADER
 SUBSET_KEY = "model"
 ROUTED_PATHS = envoy.ROUTED_PATHS
 _EXT_PROC_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute"
+_LUA_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute"
+_NO_KEYS_FILTER = {keys_lua.FILTER: {"@type": _LUA_PER_ROUTE, "disabled": True}}
 _OVERWRITE = "OVERWRITE_IF_EXISTS_OR_ADD"
 
 
@@ -71,12 +74,14 @@ def fast_models(table: routes.Table) -> list[routes.Route]:
     return sorted((r for r in table.models() if r.endpoints), key=lambda r: r.model)
 
 
-def _fast_route(route: routes.Route, path: str) -> dict[str, Any]:
+def _fast_route(route: routes.Route, path: str, keyed: bool = False) -> dict[str, Any]:
+    # With keys on, only a request the keys filter let through (it set the key's id) is fast.
+    key_match = [{"name": keys_lua.KEY_HEADER, "present_match": True}] if keyed else []
     return {
         "name": f"{route.model}{path}",
         "match": {"path": path, "headers": [
             {"name": ":method", "string_match": {"exact": "POST"}},
-            {"name": MODEL_MATCH_HEADER, "string_match": {"exact": route.model}}]},
+            {"name": MODEL_MATCH_HEADER, "string_match": {"exact": route.model}}, *key_match]},
         "route": {
             "cluster": FAST_CLUSTER, "timeout": "0s",  # a long generation streams for minutes
             "metadata_match": {"filter_metadata": {"envoy.lb": {SUBSET_KEY: route.model}}},
@@ -88,15 +93,28 @@ def _fast_route(route: routes.Route, path: str) -> dict[str, Any]:
         # The observer counts the request under this model (the route filter sets it on the slow path).
         "request_headers_to_add": [{"header": {"key": envoy.MODEL_HEADER, "value": route.model},
                                     "append_action": _OVERWRITE}],
-        "typed_per_filter_config": {envoy.ROUTE_FILTER: {"@type": _EXT_PROC_PER_ROUTE, "disabled": True}},
+        # The key never reaches the engine (the picker's answer removes it on the slow path).
+        **({"request_headers_to_remove": ["authorization"]} if keyed else {}),
+        "typed_per_filter_config": {envoy.ROUTE_FILTER: {"@type": _EXT_PROC_PER_ROUTE, "disabled": True},
+                                    **_NO_KEYS_FILTER},
     }
 
 
-def route_config(table: routes.Table, *, enabled: bool = True) -> dict[str, Any]:
-    fast = [_fast_route(route, path) for route in fast_models(table) for path in ROUTED_PATHS] if enabled else []
+def _picker_route(keyed: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The last route; with keys on it carries the keys filter's table (keys_lua.metadata), else
+    that filter is off on it."""
+    if keyed is None:
+        return {**envoy.slow_route(), "typed_per_filter_config": _NO_KEYS_FILTER}
+    return {**envoy.slow_route(), "metadata": {"filter_metadata": {keys_lua.FILTER: dict(keyed)}}}
+
+
+def route_config(table: routes.Table, *, enabled: bool = True, keyed: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`keyed`: with API keys on, the keys filter's table (keys_lua.metadata); None: keys off."""
+    fast = [_fast_route(route, path, keyed is not None) for route in fast_models(table)
+            for path in ROUTED_PATHS] if enabled else []
     return {"name": ROUTE_CONFIG, "response_headers_to_add": [envoy.served_header()], "virtual_hosts": [{
         "name": "openai", "domains": ["*"],
-        "routes": [*fast, envoy.slow_route()],
+        "routes": [*fast, _picker_route(keyed)],
     }]}
 
 
@@ -137,9 +155,13 @@ def _assignment(serves: dict[tuple[str, int], list[str]]) -> dict[str, Any]:
     return {"cluster_name": FAST_CLUSTER, "endpoints": [{"lb_endpoints": lb_endpoints}] if lb_endpoints else []}
 
 
-def snapshot(table: routes.Table, *, enabled: bool = True, spared: overload.Spared = frozenset()) -> Snapshot:
-    """`enabled` False (API keys on, or the fast path turned off): every request takes ext_proc.
-    `spared`: the engines left out of a model's subset for their queues (overload.py)."""
+def snapshot(table: routes.Table, *, enabled: bool = True, spared: overload.Spared = frozenset(),
+             keyed: Mapping[str, Any] | None = None) -> Snapshot:
+    """`enabled` False (the fast path turned off): every request takes ext_proc.
+    `spared`: the engines left out of a model's subset for their queues (overload.py).
+    `keyed`: API keys on, the keys filter's table (keys_lua.metadata): a key without limits is
+    admitted on the fast path by Envoy, every other request takes ext_proc."""
     models = tuple(r.model for r in fast_models(table)) if enabled else ()
-    return Snapshot(route_config(table, enabled=enabled), endpoints(table, enabled=enabled, spared=spared), models)
+    return Snapshot(route_config(table, enabled=enabled, keyed=keyed), endpoints(table, enabled=enabled, spared=spared),
+                    models)
 

@@ -4,7 +4,7 @@ It runs after the json_to_metadata filter, which buffered the body and put its t
 in the dynamic metadata (`NAMESPACE`/`model`). Per request it:
 
 - removes the client's own copies of every header shardwise sets (a client cannot pick a route,
-  a model label or a key id by sending them);
+  a model label or a key id by sending them), and clears the route cache if there were any;
 - copies the model into `MATCH_HEADER`, the header the fast routes match (fastpath.py);
 - sets `AFFINITY_HEADER` to a 32-bit FNV-1a hash (hex) of the body's first `PREFIX_BYTES` bytes
   from its `"messages"`, `"prompt"` or `"input"` key on: the raw JSON of the conversation's start,
@@ -65,12 +65,15 @@ function envoy_on_request(handle)
   end
   -- Envoy's wrappers do not outlive a yield: the headers are fetched after the body.
   local headers = handle:headers()
-  for _, name in ipairs(SET_BY_SHARDWISE) do headers:remove(name) end
+  local sent = false  -- a client's copy may already have chosen a route: choose again without it
+  for _, name in ipairs(SET_BY_SHARDWISE) do
+    if headers:get(name) then sent = true; headers:remove(name) end
+  end
   if model then
     headers:replace(MATCH, model)
     if affinity then headers:replace(AFFINITY, affinity) end
-    handle:clearRouteCache()
   end
+  if model or sent then handle:clearRouteCache() end
 end
 """
 

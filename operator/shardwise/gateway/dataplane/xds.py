@@ -25,6 +25,7 @@ from google.protobuf import any_pb2, json_format
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401 - an Any in the routes
+from envoy.extensions.filters.http.lua.v3 import lua_pb2  # noqa: F401 - an Any in the routes (keys filter)
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401 - an Any in the routes
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 

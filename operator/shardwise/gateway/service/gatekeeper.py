@@ -58,6 +58,7 @@ class Gatekeeper:
         self.settings = settings
         self.table = keys.KeyTable(by_hash={}, problems={})
         self._by_id: dict[str, keys.Key] = {}
+        self.on_table: Callable[[], None] | None = None  # called on the event loop after each new table
         self.store = store
         if store is None and settings.redis_url:
             from shardwise.gateway.service.quotastore import RedisQuota  # redis-py only where it is used
@@ -80,6 +81,8 @@ class Gatekeeper:
     def set_table(self, table: keys.KeyTable) -> None:
         self.table = table
         self._by_id = {k.id: k for k in table.by_hash.values()}
+        if self.on_table is not None:  # Envoy's copy (the keyed fast path) follows within the event
+            self.on_table()
 
     def authenticate(self, authorization: str | None) -> keys.Key | Refusal:
         token = keys.bearer(authorization)

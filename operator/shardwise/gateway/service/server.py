@@ -30,7 +30,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from shardwise.api import v1alpha1 as api
 from shardwise.gateway import metrics
 from shardwise.gateway.console import page as console, web as consoleweb
-from shardwise.gateway.dataplane import fastpath, xds
+from shardwise.gateway.dataplane import fastpath, keys_lua, xds
 from shardwise.gateway.decide import holding, overload, picker, routes
 from shardwise.gateway.service import enginestats, extproc
 from shardwise.gateway.service.dispatcher import Dispatcher
@@ -62,7 +62,7 @@ class Settings:
     scrape_interval_s: float = 2.0
     tick_s: float = 0.5
     auth: AuthSettings | None = None  # None: no API keys (every caller is served)
-    fast_path: bool = True  # Envoy routes the requests it can by itself (fastpath.py); never with keys
+    fast_path: bool = True  # Envoy routes the requests it can by itself (fastpath.py; with keys: keys_lua.py)
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -144,6 +144,7 @@ class Gateway:
 
             self.gatekeeper = Gatekeeper(settings.auth, price_of=self._price_of)
             self.keyring = Keyring(kube, self.gatekeeper, settings.namespaces, on_contact=self.contact.mark)
+            self.gatekeeper.on_table = self._keys_changed
             self.threads += self.keyring.threads(self.stop)
 
     def _price_of(self, model: str) -> float | None:
@@ -172,8 +173,13 @@ class Gateway:
         self.discovery.update(self._snapshot(table))
 
     def _snapshot(self, table: routes.Table) -> fastpath.Snapshot:
-        return fastpath.snapshot(table, enabled=self.settings.fast_path and self.gatekeeper is None,
-                                 spared=self._spared)
+        keyed = keys_lua.metadata(self.gatekeeper.table) if self.gatekeeper is not None else None
+        return fastpath.snapshot(table, enabled=self.settings.fast_path, spared=self._spared, keyed=keyed)
+
+    def _keys_changed(self) -> None:
+        """A key created, changed or revoked: Envoy's table of fast keys follows (keys_lua.py)."""
+        if self.dispatcher is not None and self.dispatcher.synced.is_set():
+            self.discovery.update(self._snapshot(self.dispatcher.table))
 
     def _spare_overloaded(self) -> None:
         """After a scrape: the engines queueing far beyond their peers leave the fast path (overload.py)."""
