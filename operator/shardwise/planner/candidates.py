@@ -52,7 +52,7 @@ class Candidate:
         return self.prediction.tokens_per_s / self.layout.gpus
 
     @property
-    def identity(self) -> tuple[str, int, int, int, str, bool]:
+    def identity(self) -> tuple[str, int, int, int, str, bool, int, bool]:
         lay = self.layout
         return (
             self.shape.product,
@@ -61,8 +61,11 @@ class Candidate:
             lay.nodes,
             self.shape.interconnect,
             lay.tp_spans_nodes,
+            lay.dp,
+            lay.ep,
         )
 
-    def tie_break(self) -> tuple[str, int, int, int, str]:
+    def tie_break(self) -> tuple[str, int, int, int, str, int, bool]:
         lay = self.layout
-        return (self.shape.product, lay.gpus, -lay.tp, lay.nodes, self.eligible.nodes[0].name)
+        return (self.shape.product, lay.gpus, -lay.tp, lay.nodes, self.eligible.nodes[0].name,
+                lay.dp, lay.ep)

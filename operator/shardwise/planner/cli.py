@@ -253,8 +253,9 @@ def _table(result: plans.Plan, arch: models.ModelArch | None = None) -> str:
     if result.weights:
         lines.extend(_weights_lines(result))
     if result.tensor_parallel:
+        label = result.layout or f"TP{result.tensor_parallel}xPP{result.pipeline_parallel}"
         lines.append(
-            f"LAYOUT       TP{result.tensor_parallel} x PP{result.pipeline_parallel}: "
+            f"LAYOUT       {label.replace('x', ' x ')}: "
             f"{result.gpus_per_replica} GPUs on {result.nodes_per_replica} node(s), "
             f"{result.gpus_per_node} per pod, {result.gpu_product} ({result.interconnect})"
         )
@@ -287,15 +288,16 @@ def _table(result: plans.Plan, arch: models.ModelArch | None = None) -> str:
     if result.alternatives:
         lines.append("ALTERNATIVES")
         lines.append(
-            f"  {'TP':>3} {'PP':>3} {'GPUS':>4}  {'PRODUCT':<26} {'ITL ms':>7} {'TOK/S':>7} "
-            f"{'$/H':>7}  REJECTED BECAUSE"
+            f"  {'LAYOUT':<13} {'TP':>3} {'PP':>3} {'GPUS':>4}  {'PRODUCT':<26} {'ITL ms':>7} "
+            f"{'TTFT ms':>8} {'TOK/S':>7} {'$/H':>7}  REJECTED BECAUSE"
         )
         for alt in result.alternatives:
             figures = alt.predicted
             assert figures is not None  # alternatives are always concrete layouts
             lines.append(
-                f"  {alt.tensor_parallel:>3} {alt.pipeline_parallel:>3} {alt.gpus_per_replica:>4}  "
-                f"{alt.gpu_product or '':<26} {figures.itl_ms:>7.1f} "
+                f"  {alt.layout or '':<13} "
+                f"{alt.tensor_parallel:>3} {alt.pipeline_parallel:>3} {alt.gpus_per_replica:>4}  "
+                f"{alt.gpu_product or '':<26} {figures.itl_ms:>7.1f} {figures.ttft_ms:>8.0f} "
                 f"{figures.tokens_per_second:>7.0f} "
                 f"{figures.hourly_usd:>7.2f}  "
                 f"{alt.rejected_because}"

@@ -380,6 +380,10 @@ def arch_from_config(
         sliding_window=window if sliding else None,
         sliding_layers=sliding,
         stored_format=stored_format(config),
+        experts=s.experts,
+        experts_per_token=s.experts_per_token,
+        expert_parameters=parameters * count.expert / count.total if s.experts else None,
+        latent_kv=bool(s.kv_lora_rank),
     )
 
 

@@ -6,6 +6,14 @@ does two all-reduces; on nodes with no NVLink at all TP over PCIe is legal and t
 weighs it against PP. A replica spans nodes only when it does not fit on one, and then uses whole
 nodes with TP = the node's NVLink domain and PP across nodes, except inside a multi-node NVLink
 fabric (same `nvidia.com/gpu.clique`) where TP may span nodes.
+
+Mixture-of-experts models (the expert count known) add vLLM's expert and data parallelism
+(SERVING-SHAPES.md A): DP attention runs DP engines of TP GPUs each (GPUs = DP x TP, each engine
+with its own KV cache), and `--enable-expert-parallel` shards the experts over EP = TP x DP ranks
+with an all-to-all per MoE layer; without it the experts form one DP x TP tensor-parallel group.
+EP needs the experts divisible by EP; DP is for MoE only (vLLM: "non-MoE models should use
+independent vLLM instances"). EP and DP layouts keep PP1: vLLM's wide-EP path spreads over nodes by
+DP, each node one group of ranks (a LeaderWorkerSet pod), TP inside its NVLink domain.
 """
 
 from __future__ import annotations
@@ -23,10 +31,35 @@ class Layout:
     nodes: int
     gpus_per_node: int
     tp_spans_nodes: bool = False
+    dp: int = 1  # data-parallel attention engines, each TP x PP GPUs with its own KV cache
+    ep: bool = False  # experts sharded over TP x DP ranks (--enable-expert-parallel)
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        return self.dp * self.tp * self.pp
+
+    @property
+    def ep_size(self) -> int:
+        return self.dp * self.tp if self.ep else 1
+
+    @property
+    def dp_local(self) -> int:
+        """DP engines on each node (vLLM's --data-parallel-size-local)."""
+        return max(1, self.dp // self.nodes)
+
+    @property
+    def label(self) -> str:
+        """TP8xPP1 for a plain layout (as `kubectl get infd` has always shown it), else only the
+        axes in use: TP8xEP8, DP8xTP1xEP8, DP2xTP4xEP8, DP2xTP4 (DP attention, experts TP)."""
+        if self.dp == 1 and not self.ep:
+            return f"TP{self.tp}xPP{self.pp}"
+        parts = [f"DP{self.dp}"] if self.dp > 1 else []
+        parts.append(f"TP{self.tp}")
+        if self.pp > 1:
+            parts.append(f"PP{self.pp}")
+        if self.ep:
+            parts.append(f"EP{self.ep_size}")
+        return "x".join(parts)
 
 
 def tp_error(arch: models.ModelArch, tp: int) -> str | None:
@@ -47,6 +80,41 @@ def pp_error(arch: models.ModelArch, pp: int) -> str | None:
     return None
 
 
+def ep_error(arch: models.ModelArch, ep_size: int) -> str | None:
+    """Why EP of this size cannot shard this model's experts, or None."""
+    if not arch.experts or not arch.is_moe:
+        return f"{arch.name} has no routed experts to shard (EP needs a mixture of experts)"
+    if arch.experts % ep_size:
+        return f"EP{ep_size} does not divide the {arch.experts} experts of {arch.name}"
+    return None
+
+
+def dp_error(arch: models.ModelArch, dp: int) -> str | None:
+    if dp > 1 and not (arch.experts and arch.is_moe):
+        return (
+            f"DP{dp} attention is for mixtures of experts; {arch.name} is dense (serve more "
+            "replicas instead)"
+        )
+    return None
+
+
+def _expert_variants(arch: models.ModelArch, gpus: int, tp: int, nodes: int, per_node: int
+                     ) -> Iterator[Layout]:
+    """The EP/DP layouts of `gpus` GPUs with attention TP `tp` (PP1): TP with EP (TEP), and DP
+    engines with experts EP-sharded or TP over the DP x TP group."""
+    dp = gpus // tp
+    # Without EP the experts are one DP x TP tensor-parallel group: it must split them as TP
+    # would (the heads' rule stands in for the experts' widths, which the catalog lacks).
+    if dp > 1 and dp_error(arch, dp) is None and dp % nodes == 0 and not tp_error(arch, gpus):
+        yield Layout(tp=tp, pp=1, nodes=nodes, gpus_per_node=per_node, dp=dp)
+    if gpus > 1 and ep_error(arch, gpus) is None and dp % nodes == 0:
+        yield Layout(tp=tp, pp=1, nodes=nodes, gpus_per_node=per_node, dp=dp, ep=True)
+
+
+def searches_experts(arch: models.ModelArch) -> bool:
+    return bool(arch.experts) and arch.is_moe
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -64,6 +132,11 @@ def single_node(arch: models.ModelArch, shape: inventory.GpuShape) -> Iterator[L
             if tp_error(arch, tp) or pp_error(arch, pp) or not tp_fits_domain(shape, tp):
                 continue
             yield Layout(tp=tp, pp=pp, nodes=1, gpus_per_node=gpus)
+        if not searches_experts(arch):
+            continue
+        for tp in _divisors(gpus):
+            if not tp_error(arch, tp) and tp_fits_domain(shape, tp):
+                yield from _expert_variants(arch, gpus, tp, 1, gpus)
 
 
 def multi_node(
@@ -84,6 +157,13 @@ def multi_node(
         pp = nodes * per_node // tp
         if not pp_error(arch, pp):
             yield Layout(tp=tp, pp=pp, nodes=nodes, gpus_per_node=per_node)
+    if searches_experts(arch) and shape.nvlink_domain > 1:
+        # DP across nodes, each node a group of DP ranks with TP inside its NVLink domain; without
+        # NVLink the all-to-all of EP over PCIe and the network is not searched.
+        for tp in _divisors(per_node):
+            if tp_error(arch, tp) or not tp_fits_domain(shape, tp):
+                continue
+            yield from _expert_variants(arch, nodes * per_node, tp, nodes, per_node)
     whole_domain = shape.nvlink_domain == shape.gpus_per_node == per_node > 1
     if whole_domain and clique_nodes >= nodes:
         for group in _divisors(nodes)[1:]:

@@ -17,6 +17,16 @@ vLLM reserves `gpuMemoryUtilization` x GPU memory per GPU and must fit, on every
   hiddenSize per token at peak (attention and MLP intermediates), split by TP. Kaito's estimator
   reserves 2.3 GiB in total for the same things (GPU-FACTS.md); ours is close for 8B-70B models.
 
+Mixtures of experts under DP attention and EP (layouts.py): the routed experts are split over
+the TP x DP ranks (by EP, or by the DP x TP tensor-parallel group without it), attention, shared
+experts and embeddings over TP only, so every DP rank holds a full copy of them; each DP engine
+has its own KV cache and runs `--max-num-seqs` = ceil(maxConcurrency / DP) sequences:
+
+    weights      = (routed experts / (TP x DP) + the rest / TP) x bytes/weight x stage share
+    KV cache     = ceil(maxConcurrency / DP) x maxModelLen x KV bytes/token / min(TP, kvHeads)
+
+MLA's latent (kvHeads 1) is not split by TP: TP8 holds it 8 times, DP8 once per sequence.
+
 With LoRA on, vLLM also holds GPU buffers for `max_loras` adapters of `max_lora_rank` on every
 layer's attention and MLP projections, allocated at start whatever adapters are loaded:
 
@@ -57,6 +67,9 @@ class MemoryFit:
     usable_gib: float
     kv_gib_per_sequence: float  # one maxModelLen sequence, per GPU
     lora_gib: float = 0.0  # LoRA adapter slots (spec.lora), 0 without
+    dp: int = 1  # DP engines of the replica, each with this GPU's KV room
+    model_weights_gib: float = 0.0  # the whole model once (per GPU x GPUs overcounts under DP)
+
 
     @property
     def needed_gib(self) -> float:
@@ -76,7 +89,7 @@ class MemoryFit:
         room = self.usable_gib - self.fixed_gib
         if room <= 0 or self.kv_gib_per_sequence <= 0:
             return 0.0
-        return room / self.kv_gib_per_sequence * max_model_len
+        return room / self.kv_gib_per_sequence * max_model_len * self.dp
 
     @property
     def sequences_that_fit(self) -> int:
@@ -84,7 +97,7 @@ class MemoryFit:
         room = self.usable_gib - self.fixed_gib
         if room <= 0 or self.kv_gib_per_sequence <= 0:
             return 0
-        return int(room / self.kv_gib_per_sequence)
+        return int(room / self.kv_gib_per_sequence) * self.dp
 
 
 def stage_share(layers: int, pp: int) -> float:
@@ -108,9 +121,11 @@ def memory_per_gpu(
     pp: int,
     lora_slots: int = 0,
     lora_rank: int = 0,
+    dp: int = 1,
 ) -> MemoryFit:
     share = stage_share(arch.layers, pp)
-    weights = arch.parameters * bytes_per_weight * share / tp
+    experts = arch.routed_expert_parameters
+    weights = ((arch.parameters - experts) / tp + experts / (tp * dp)) * bytes_per_weight * share
     per_sequence = (
         arch.kv_elements_per_sequence(max_model_len) * KV_BYTES_PER_ELEMENT * share
         / min(tp, arch.kv_heads)
@@ -118,12 +133,19 @@ def memory_per_gpu(
     activations = ACTIVATION_TOKENS * arch.hidden_size * ACTIVATION_BYTES_PER_HIDDEN_UNIT / tp
     return MemoryFit(
         weights_gib=weights / GIB,
-        kv_cache_gib=per_sequence * max_concurrency / GIB,
+        kv_cache_gib=per_sequence * rank_sequences(max_concurrency, dp) / GIB,
         overhead_gib=FIXED_OVERHEAD_GIB + activations / GIB,
         usable_gib=gpu_memory_utilization * gpu_memory_mib * MIB / GIB,
         kv_gib_per_sequence=per_sequence / GIB,
         lora_gib=lora_bytes_per_gpu(arch, lora_slots, lora_rank, tp=tp, pp=pp) / GIB,
+        dp=dp,
+        model_weights_gib=arch.parameters * bytes_per_weight / GIB,
     )
+
+
+def rank_sequences(max_concurrency: int, dp: int) -> int:
+    """`--max-num-seqs` of each DP engine: vLLM applies it per rank (SERVING-SHAPES.md A)."""
+    return -(-max_concurrency // max(dp, 1))
 
 
 def mlp_width(arch: models.ModelArch) -> float:

@@ -40,10 +40,33 @@ class ModelArch:
     # quantization_config's method ("fp8", "awq", "gptq", "mxfp4", "compressed-tensors"); None
     # when not known (an architecture given only in the spec). vLLM loads it as stored.
     stored_format: str | None = None
+    # Mixture of experts: routed experts per MoE layer, how many a token uses, and the routed
+    # experts' parameters over all layers (None: derived from total and active, see below).
+    # EP and DP layouts are searched only when `experts` is known (layouts.py).
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_parameters: float | None = None
+    # MLA (DeepSeek-V2/V3/R1, Kimi K2): one latent per token and layer, which TP cannot split, so
+    # every TP rank holds the whole of it (the kvHeads 1 encoding already sizes it that way).
+    latent_kv: bool = False
 
     @property
     def is_moe(self) -> bool:
         return self.active_parameters < self.parameters
+
+    @property
+    def routed_expert_parameters(self) -> float:
+        """Parameters of the routed experts, the part EP splits; the rest (attention, shared
+        experts, embeddings) is replicated on every DP rank. Without a count from config.json:
+        total = rest + E x e and active = rest + k x e, so E x e = (total - active) x E / (E - k)."""
+        if not self.is_moe:
+            return 0.0
+        if self.expert_parameters is not None:
+            return min(self.expert_parameters, self.parameters)
+        inactive = self.parameters - self.active_parameters
+        if self.experts > self.experts_per_token > 0:
+            return min(self.parameters, inactive * self.experts / (self.experts - self.experts_per_token))
+        return inactive
 
     def kv_elements_per_token(self) -> int:
         """K and V elements cached per token across all layers: 2 x layers x kvHeads x headDim."""
@@ -100,6 +123,9 @@ def _catalog() -> tuple[dict[str, ModelArch], dict[str, ModelArch]]:
             source=str(entry["source"]),
             context_length=int(entry["contextLength"]) if "contextLength" in entry else None,  # type: ignore[call-overload]
             stored_format=str(entry.get("storedFormat", "bfloat16")),
+            experts=int(entry.get("experts", 0)),  # type: ignore[call-overload]
+            experts_per_token=int(entry.get("expertsPerToken", 0)),  # type: ignore[call-overload]
+            latent_kv=bool(entry.get("latentKV", False)),
         )
         by_key.setdefault(_model_key(model_id), arch)
         for repo in entry["names"]:  # type: ignore[attr-defined]

@@ -40,6 +40,27 @@ requests/s; each request also costs a serial intake (API server and engine-core 
 does not overlap the engine's work, so requests flow at 1 / (intake + 1/mu) and the engine runs
 the R that rate keeps in flight. Offline harnesses (no API server) have no intake.
 
+Expert and data parallelism (layouts.py; vLLM's DP attention and `--enable-expert-parallel`).
+A layout of DP engines runs each engine on its share of the load (concurrency, request rate,
+max-num-seqs and KV room over DP) and the replica's tokens/s is DP times an engine's. The engines
+step in lock-step (vLLM's DP coordinator), so a MoE layer serves the tokens of every engine:
+
+    read  = weights touched by DP x tokens / (TP x DP) + the non-expert weights x (1/TP - 1/(TP x DP))
+            (attention and shared experts are whole on every DP rank; TP x PP layouts read as before)
+    comm  = layers x [all-reduce(TP, attention) on the TP link
+            + EP: dispatch and combine all-to-all, tokens x topK x hiddenSize x 2 bytes / TP each,
+              (EP-1)/EP of it crossing the EP link
+            + DP without EP: the experts' DP x TP tensor-parallel group, an all-reduce of DP x tokens
+              on the EP link]
+            + one DP synchronisation per step (the link's latency)
+    and a step runs at the pace of the busiest engine: its decodes are the mean plus one standard
+    deviation (sqrt of the mean), which costs DP most at low load (one sequence per rank on
+    average: two on the busiest) and little at high load.
+
+The EP link is NVLink (or PCIe) inside a node and the inter-node network when the ranks span
+nodes (INTER_NODE_GBPS per GPU, as for PP hops), NVLink fabric inside one clique: EP inside an
+NVLink domain is cheap, across nodes it is what DP's smaller per-rank batches must pay for.
+
 Floors, never crossed: ITL and TTFT >= active weight bytes / (TP x HBM bandwidth) (every stage reads
 its weights once per step, stages in sequence); tokens/s <= GPUs x peak / (2 x active parameters).
 
@@ -49,6 +70,7 @@ measurements: efficiency.yaml, measurements.yaml, docs/planner-calibration.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -119,6 +141,12 @@ class Hardware:
     inter_node_hops: int  # PP boundaries that cross nodes
     fp8_tflops: float = 0.0
     family: str = "unknown"
+    ep_link: Link | None = None  # what EP's all-to-all and DP's expert group cross; None: tp_link
+
+
+def network() -> Link:
+    """The inter-node fabric as the planner knows it: INTER_NODE_GBPS per GPU."""
+    return Link(kind="network", gbps=INTER_NODE_GBPS, alpha_s=INTER_NODE_LATENCY_S, beta_s=2e-6)
 
 
 @dataclass(frozen=True)
@@ -179,6 +207,36 @@ class _Engine:
     tp: int
     pp: int
     eff: efficiency.Efficiency
+    dp: int = 1
+    ep: bool = False
+
+    @property
+    def ep_link(self) -> Link:
+        return self.hw.ep_link or self.hw.tp_link
+
+    def _weight_read(self, tokens: float) -> float:
+        """Weight bytes one GPU reads for a micro-batch of `tokens` on each engine."""
+        work, tp, dp = self.work, self.tp, self.dp
+        if dp == 1:
+            return _touched_weight_bytes(work, tokens) * self.share / tp
+        rest = (work.arch.parameters - work.arch.routed_expert_parameters) * work.bytes_per_weight
+        split = _touched_weight_bytes(work, tokens * dp) / (tp * dp)
+        return (split + rest * (1 / tp - 1 / (tp * dp))) * self.share
+
+    def _moe_comm_s(self, layers: int, tokens: float) -> float:
+        """The MoE layers' collectives for EP or DP layouts (TP x PP layouts: the second
+        all-reduce per layer, as before)."""
+        arch, tp, dp = self.work.arch, self.tp, self.dp
+        message = tokens * arch.hidden_size * ACTIVATION_BYTES
+        if self.ep:
+            ep = tp * dp
+            link = self.ep_link
+            sent = message * min(max(arch.experts_per_token, 1), ep) / tp * (ep - 1) / ep
+            one = sent / (link.gbps * 1e9 * LINK_EFFICIENCY) + link.alpha_s + link.beta_s * (ep - 1)
+            return layers * 2 * one
+        if dp > 1:
+            return layers * self.ep_link.all_reduce_s(tp * dp, message * dp)
+        return layers * self.hw.tp_link.all_reduce_s(tp, message)
 
     @property
     def share(self) -> float:
@@ -194,6 +252,10 @@ class _Engine:
         `prefill` prompt tokens of prompts `prompt` tokens long."""
         arch, tp, share = self.work.arch, self.tp, self.share
         fam = self.eff.family(self.hw.family)
+        if self.dp > 1 and decode > 0:
+            # Lock-step engines wait for the busiest: sequences land on ranks unevenly, about one
+            # standard deviation (Poisson) above the mean, never more than all of them.
+            decode = min(decode * self.dp, decode + math.sqrt(decode))
         tokens = decode + prefill
         layers = math.ceil(arch.layers / self.pp)
         attention = 4 * layers * arch.attention_heads * arch.head_dim / tp
@@ -203,13 +265,13 @@ class _Engine:
             arch.kv_elements_per_token() * self.work.kv_bytes_per_element * share
             / min(tp, arch.kv_heads)
         )
-        read = _touched_weight_bytes(self.work, tokens) * share / tp
+        read = self._weight_read(tokens)
         read += (decode * context + prefill) * kv_per_token
         compute_s = flops / self.peak_flops()
         memory_s = read / (self.hw.memory_bandwidth_gbps * 1e9 * fam.memory)
         fixed = self.eff.layer_overhead_s + (self.eff.moe_layer_overhead_s if arch.is_moe else 0)
         message = tokens * arch.hidden_size * ACTIVATION_BYTES
-        comm = layers * 2 * self.hw.tp_link.all_reduce_s(tp, message)
+        comm = layers * self.hw.tp_link.all_reduce_s(tp, message) + self._moe_comm_s(layers, tokens)
         # Compute and memory traffic overlap only partly within a step (decode GEMVs and prefill
         # GEMMs run as separate kernels): the smaller one adds its `overlap` share.
         roofline = max(compute_s, memory_s) + self.eff.overlap * min(compute_s, memory_s)
@@ -226,7 +288,8 @@ class _Engine:
         per_batch = prefill if chunk else prefill / pp
         stage = self.stage_s(running / pp, per_batch, context, prompt)
         hops = _hops_s(self.hw, pp, (running / pp + per_batch) * self.work.arch.hidden_size * 2)
-        return pp * stage + hops + self.eff.step_overhead_s
+        sync = self.ep_link.alpha_s if self.dp > 1 else 0.0  # the DP coordinator's step barrier
+        return pp * stage + hops + sync + self.eff.step_overhead_s
 
 
 @dataclass(frozen=True)
@@ -301,6 +364,16 @@ def _steady(engine: _Engine, running: float) -> _Steady:
     )
 
 
+def _floor_bytes(work: Workload, dp: int) -> float:
+    """Active weight bytes one TP group reads per token: the active experts spread over DP."""
+    arch = work.arch
+    if dp == 1:
+        return arch.active_parameters * work.bytes_per_weight
+    rest = arch.parameters - arch.routed_expert_parameters
+    active_routed = max(0.0, arch.active_parameters - rest)
+    return (min(rest, arch.active_parameters) + active_routed / dp) * work.bytes_per_weight
+
+
 def _sakasegawa_wait(utilization: float, servers: float, service_s: float) -> float:
     """Mean queue wait of an M/M/c queue (Sakasegawa 1977), c = `servers`."""
     exponent = math.sqrt(2 * (servers + 1)) - 1
@@ -313,8 +386,23 @@ def predict(
     tp: int,
     pp: int,
     eff: efficiency.Efficiency | None = None,
+    *,
+    dp: int = 1,
+    ep: bool = False,
 ) -> Prediction:
-    engine = _Engine(work, hw, tp, pp, eff or efficiency.fitted())
+    whole = work
+    if dp > 1:
+        # One DP engine's share of the load; the replica is DP such engines in lock-step.
+        work = dataclasses.replace(
+            work,
+            max_concurrency=memory.rank_sequences(work.max_concurrency, dp),
+            concurrency=(work.concurrency or work.max_concurrency) / dp,  # type: ignore[arg-type]
+            request_rate=work.request_rate / dp if work.request_rate is not None else None,
+            kv_capacity_tokens=(
+                work.kv_capacity_tokens / dp if work.kv_capacity_tokens is not None else None
+            ),
+        )
+    engine = _Engine(work, hw, tp, pp, eff or efficiency.fitted(), dp=dp, ep=ep)
     cap = _capacity(work)
     saturated = False
     rate = work.request_rate
@@ -351,13 +439,13 @@ def predict(
         wait = max(0.0, concurrency / state.running - 1) * state.request_s
         tokens = state.tokens_per_s
     arch = work.arch
-    floor = arch.active_parameters * work.bytes_per_weight / (tp * hw.memory_bandwidth_gbps * 1e9)
-    ceiling = tp * pp * engine.peak_flops() / (2 * arch.active_parameters)
+    floor = _floor_bytes(whole, dp) / (tp * hw.memory_bandwidth_gbps * 1e9)
+    ceiling = dp * tp * pp * engine.peak_flops() / (2 * arch.active_parameters)
     return Prediction(
         itl_s=max(floor, state.itl_s),
         ttft_s=max(floor, state.prefill_s + wait),
-        tokens_per_s=min(ceiling, tokens),
+        tokens_per_s=min(ceiling, tokens * dp),
         floor_s=floor,
-        running=state.running,
+        running=state.running * dp,
         saturated=saturated,
     )

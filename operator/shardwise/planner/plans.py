@@ -98,6 +98,9 @@ class Plan:
     rejected_because: str | None = None
     # What vLLM loads (request.Weights.to_dict()): the chosen plan's, not each alternative's.
     weights: dict[str, Any] | None = None
+    data_parallel: int = 1  # DP attention engines (vLLM --data-parallel-size)
+    expert_parallel: int = 1  # EP size (TP x DP) when experts are sharded, else 1
+    layout: str | None = None  # TP8xPP1, TP8xEP8, DP2xTP4xEP8 (layouts.Layout.label)
 
     def _body(self) -> dict[str, Any]:
         fit = self.memory
@@ -105,9 +108,13 @@ class Plan:
             "feasible": self.feasible,
             "tensorParallel": self.tensor_parallel,
             "pipelineParallel": self.pipeline_parallel,
-            # `kubectl get infd`'s LAYOUT column (TP8xPP1): one narrow column instead of two.
-            "layout": (f"TP{self.tensor_parallel}xPP{self.pipeline_parallel}"
-                       if self.tensor_parallel and self.pipeline_parallel else None),
+            # `kubectl get infd`'s LAYOUT column (TP8xPP1, TP8xEP8, DP2xTP4xEP8): one narrow column.
+            "layout": self.layout or (f"TP{self.tensor_parallel}xPP{self.pipeline_parallel}"
+                                      if self.tensor_parallel and self.pipeline_parallel else None),
+            # vLLM --data-parallel-size, and the EP size (TP x DP) with --enable-expert-parallel
+            # (1: experts split by TP like any other layer).
+            "dataParallel": self.data_parallel if self.tensor_parallel else None,
+            "expertParallel": self.expert_parallel if self.tensor_parallel else None,
             "gpusPerReplica": self.gpus_per_replica,
             "nodesPerReplica": self.nodes_per_replica,
             "gpusPerNode": self.gpus_per_node,
@@ -120,6 +127,8 @@ class Plan:
             "predicted": self.predicted.to_dict() if self.predicted else None,
             "memory": {
                 "weightsGiBPerGPU": round(fit.weights_gib, 2),
+                # DP ranks each hold attention and shared weights: the model once, for sizing.
+                **({"weightsGiB": round(fit.model_weights_gib, 2)} if fit.dp > 1 else {}),
                 "kvCacheGiBPerGPU": round(fit.kv_cache_gib, 2),
                 "overheadGiBPerGPU": round(fit.overhead_gib, 2),
                 "usableGiBPerGPU": round(fit.usable_gib, 2),

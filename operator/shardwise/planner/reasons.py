@@ -15,7 +15,7 @@ from shardwise.planner.request import PlanRequest
 
 
 def _label(c: Candidate) -> str:
-    return f"TP{c.layout.tp} x PP{c.layout.pp}"
+    return c.layout.label.replace("x", " x ")
 
 
 def _load(request: PlanRequest) -> str:
@@ -57,13 +57,21 @@ def _where(c: Candidate) -> str:
 def _memory_words(request: PlanRequest, fit: memory.MemoryFit) -> str:
     return (
         f"per GPU {fit.weights_gib:.1f} GiB weights + {fit.kv_cache_gib:.1f} GiB KV cache "
-        f"({request.max_concurrency} x {request.max_model_len} tokens) + "
+        + _kv_words(request, fit) + " + "
         f"{fit.overhead_gib:.1f} GiB overhead"
         + (f" + {fit.lora_gib:.2f} GiB LoRA ({request.lora_slots} adapter slots of rank {request.lora_rank})"
            if request.lora_slots else "")
         + f" = {fit.needed_gib:.1f} of "
         f"{fit.usable_gib:.1f} GiB usable"
     )
+
+
+def _kv_words(request: PlanRequest, fit: memory.MemoryFit) -> str:
+    if fit.dp == 1:
+        return f"({request.max_concurrency} x {request.max_model_len} tokens)"
+    per_rank = memory.rank_sequences(request.max_concurrency, fit.dp)
+    return (f"({per_rank} x {request.max_model_len} tokens: {request.max_concurrency} sequences "
+            f"over {fit.dp} DP ranks, each with its own KV cache)")
 
 
 def _totals(request: PlanRequest) -> tuple[float, float]:
@@ -84,6 +92,17 @@ def layout_summary(request: PlanRequest, c: Candidate) -> str:
 
 
 def rejected_because(request: PlanRequest, chosen: Candidate | None, c: Candidate) -> str:
+    text = _rejected(request, chosen, c)
+    if chosen is None or not c.fit.fits:
+        return text
+    if chosen.layout.dp > 1 and c.layout.dp == 1:
+        return f"{text}; {_why_dp(request, chosen, c)}"
+    if c.layout.dp > 1 and chosen.layout.dp == 1:
+        return f"{text}; {_why_tp(request, c)}"
+    return text
+
+
+def _rejected(request: PlanRequest, chosen: Candidate | None, c: Candidate) -> str:
     fit = c.fit
     if not fit.fits:
         text = (
@@ -131,6 +150,10 @@ def _multi_node(request: PlanRequest, c: Candidate) -> str:
     if lay.tp_spans_nodes:
         spanned = lay.tp // lay.gpus_per_node
         return f"{head}; the nodes share an NVLink clique, so TP{lay.tp} spans {spanned} nodes."
+    if lay.dp > 1:
+        spread = "EP's all-to-all" if lay.ep else f"the experts' DP{lay.dp} x TP{lay.tp} group"
+        return (f"{head}, so each of the {lay.nodes} nodes runs {lay.dp_local} DP rank(s) of "
+                f"TP{lay.tp} inside its NVLink domain and {spread} crosses the inter-node fabric.")
     return f"{head}, so TP stays inside each node and PP{lay.pp} runs across {lay.nodes} nodes."
 
 
@@ -238,6 +261,79 @@ def _pcie_comparison(
     return text + "."
 
 
+def _replicated_gib(request: PlanRequest, c: Candidate) -> float:
+    """GiB per GPU of the weights every DP rank holds whole: attention, shared experts, embeddings."""
+    arch = request.arch
+    rest = arch.parameters - arch.routed_expert_parameters
+    return rest * request.bytes_per_weight / c.layout.tp / memory.GIB
+
+
+def _kv_copies(request: PlanRequest, c: Candidate) -> str:
+    """How many times TP holds the same KV (MLA's latent, or KV heads fewer than TP)."""
+    arch, tp = request.arch, c.layout.tp
+    copies = tp // min(tp, arch.kv_heads)
+    if copies <= 1:
+        return ""
+    what = "MLA's latent KV" if arch.latent_kv else f"the {arch.kv_heads} KV heads"
+    return f"TP{tp} replicates {what} {copies} times"
+
+
+def _why_dp(request: PlanRequest, dp_side: Candidate, tp_side: Candidate) -> str:
+    lay = dp_side.layout
+    streams = request.concurrency or request.max_concurrency
+    words = [f"{streams} streams need {lay.dp} copies of the KV budget (one cache per DP rank)"]
+    copies = _kv_copies(request, tp_side)
+    if copies:
+        words.append(copies)
+    words.append(
+        f"KV room for {dp_side.fit.sequences_that_fit} vs {tp_side.fit.sequences_that_fit} sequences"
+    )
+    return "; ".join(words)
+
+
+def _why_tp(request: PlanRequest, dp_side: Candidate) -> str:
+    lay = dp_side.layout
+    text = (f"every one of the {lay.dp} DP ranks reads its own {_replicated_gib(request, dp_side):.1f}"
+            " GiB of attention and shared weights per step")
+    if lay.ep:
+        link = "the inter-node fabric" if lay.nodes > 1 else "NVLink" if (
+            dp_side.shape.nvlink_domain > 1) else "PCIe"
+        text += f" and EP{lay.ep_size}'s all-to-all crosses {link} twice per MoE layer"
+    return text
+
+
+def expert_comparison(
+    request: PlanRequest, chosen: Candidate, everything: Sequence[Candidate]
+) -> str:
+    """Why EP / DP won or lost against the best layout of the other kind on the same GPUs."""
+    lay = chosen.layout
+    expert_kind = lay.dp > 1 or lay.ep
+    others = [
+        c for c in everything
+        if c.eligible == chosen.eligible and c.layout.gpus == lay.gpus
+        and (c.layout.dp > 1 or c.layout.ep) != expert_kind and c.fit.fits
+    ]
+    if not others:
+        return ""
+    if request.objective == "Throughput" or request.objective == "Cost":
+        other = max(others, key=lambda c: (c.prediction.tokens_per_s, -c.prediction.itl_s))
+    else:
+        other = min(others, key=lambda c: (c.prediction.itl_s, -c.prediction.tokens_per_s))
+    mine, theirs = chosen.prediction, other.prediction
+    figures = (
+        f"{_label(chosen)} {mine.tokens_per_s:.0f} tokens/s at {mine.itl_s * 1e3:.1f} ms ITL, "
+        f"{_label(other)} {theirs.tokens_per_s:.0f} at {theirs.itl_s * 1e3:.1f} ms"
+    )
+    if chosen.layout.dp > 1:
+        return f"{_label(chosen)} over {_label(other)} at {_load(request)}: " + _why_dp(
+            request, chosen, other) + f" ({figures})."
+    if other.layout.dp > 1:
+        return f"{_label(chosen)} over {_label(other)} at {_load(request)}: " + _why_tp(
+            request, other) + f" ({figures})."
+    # EP against TP on the same TP size: the experts' all-to-all against their all-reduce.
+    return f"{_label(chosen)} over {_label(other)} at {_load(request)} ({figures})."
+
+
 def _caveats(shape: inventory.GpuShape) -> str:
     notes = []
     if not shape.topology_labelled:
@@ -268,6 +364,7 @@ def planned(
         parts.append(_multi_node(request, chosen))
     parts.append(_objective(request, chosen, ranked, everything))
     parts.append(_pcie_comparison(request, chosen, everything))
+    parts.append(expert_comparison(request, chosen, everything))
     parts.append(_caveats(chosen.shape))
     return " ".join(p for p in parts if p)
 

@@ -289,8 +289,24 @@ def _architecture(
         ),
         # How the checkpoint is stored does not change with the shapes the spec overrides.
         stored_format=base.stored_format if base is not None else None,
+        **_expert_facts(resolved or base, given),
         **config_facts,
     )
+
+
+def _expert_facts(known: models.ModelArch | None, given: Mapping[str, Any]) -> dict[str, Any]:
+    """Experts and MLA from the catalog or config.json: the spec's architecture has no word for
+    them, so they hold unless it changes the layers or heads they hang on; the routed experts'
+    parameter count only while the spec leaves the parameter counts alone (else derived)."""
+    if known is None or {"layers", "attentionHeads", "kvHeads", "headDim"} & set(given):
+        return {}
+    counts_kept = not {"parameters", "activeParameters"} & set(given)
+    return {
+        "experts": known.experts,
+        "experts_per_token": known.experts_per_token,
+        "expert_parameters": known.expert_parameters if counts_kept else None,
+        "latent_kv": known.latent_kv,
+    }
 
 
 def _lora(spec: Mapping[str, Any]) -> dict[str, int]:

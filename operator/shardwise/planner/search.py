@@ -81,7 +81,15 @@ def _hardware(shape: inventory.GpuShape, lay: layouts.Layout) -> performance.Har
         if shape.interconnect == "nvswitch"
         else performance.pcie(gpu.pcie_gbps)
     )
+    # EP's all-to-all and DP's expert group stay on NVLink inside a node and cross the
+    # inter-node fabric when the ranks span nodes (one NVLink clique counts as one domain).
+    if lay.nodes > 1 and (lay.dp > 1 or lay.ep):
+        ep_link = performance.network()
+    else:
+        ep_link = tp_link if lay.tp > 1 or shape.nvlink_domain == 1 else (
+            performance.nvlink(shape.nvlink_gbps))
     return performance.Hardware(
+        ep_link=ep_link,
         memory_bandwidth_gbps=gpu.memory_bandwidth_gbps,
         bf16_tflops=gpu.bf16_tflops,
         fp8_tflops=gpu.fp8_tflops,
@@ -109,7 +117,7 @@ def predict_layout(
         fp8_compute=request.fp8_compute,
         batched_tokens=performance.default_batched_tokens(shape.gpu.memory_mib),
     )
-    return performance.predict(work, _hardware(shape, lay), lay.tp, lay.pp)
+    return performance.predict(work, _hardware(shape, lay), lay.tp, lay.pp, dp=lay.dp, ep=lay.ep)
 
 
 def layout_fit(
@@ -126,6 +134,7 @@ def layout_fit(
         pp=lay.pp,
         lora_slots=request.lora_slots,
         lora_rank=request.lora_rank,
+        dp=lay.dp,
     )
 
 
@@ -155,6 +164,8 @@ def _evaluate(
 
 
 def _wanted(request: PlanRequest, lay: layouts.Layout) -> bool:
+    if (request.tensor or request.pipeline) and (lay.dp > 1 or lay.ep):
+        return False  # spec.parallelism names TP and PP: the layout it asks for is TP x PP
     return (request.tensor is None or lay.tp == request.tensor) and (
         request.pipeline is None or lay.pp == request.pipeline
     )
@@ -268,6 +279,9 @@ def _to_plan(
         reason_code=code,
         tensor_parallel=lay.tp,
         pipeline_parallel=lay.pp,
+        data_parallel=lay.dp,
+        expert_parallel=lay.ep_size,
+        layout=lay.label,
         gpus_per_replica=lay.gpus,
         nodes_per_replica=lay.nodes,
         gpus_per_node=lay.gpus_per_node,
@@ -293,6 +307,23 @@ def _to_plan(
     )
 
 
+def _expert_kind(c: Candidate) -> bool:
+    return c.layout.dp > 1 or c.layout.ep
+
+
+def _with_other_kind(chosen: Candidate | None, ranked: Sequence[Candidate]) -> list[Candidate]:
+    """`ranked` with the best layout of the other kind (EP/DP vs TP x PP) among the first three
+    alternatives, so the plan always shows what the road not taken would have given."""
+    out = list(ranked)
+    if chosen is None:
+        return out
+    other = next((c for c in out if _expert_kind(c) != _expert_kind(chosen)), None)
+    if other is not None and out.index(other) > 2:
+        out.remove(other)
+        out.insert(2, other)
+    return out
+
+
 def _alternatives(
     request: PlanRequest,
     chosen: Candidate | None,
@@ -301,6 +332,7 @@ def _alternatives(
 ) -> tuple[plans.Plan, ...]:
     seen = {chosen.identity} if chosen else set()
     picked: list[plans.Plan] = []
+    ranked = _with_other_kind(chosen, ranked)
     closest_unfit = sorted(
         unfit, key=lambda c: (c.fit.needed_gib / c.fit.usable_gib, c.tie_break())
     )

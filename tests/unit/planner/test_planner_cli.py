@@ -22,6 +22,8 @@ TOP_KEYS = {
     "feasible",
     "tensorParallel",
     "pipelineParallel",
+    "dataParallel",
+    "expertParallel",
     "layout",
     "gpusPerReplica",
     "nodesPerReplica",

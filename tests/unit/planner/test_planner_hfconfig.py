@@ -96,9 +96,7 @@ def test_each_fixture_plans_with_no_architecture_in_the_spec_through_the_local_h
     result = planner.plan(request, planner.inventory_from_nodes([h100_node("a"), h100_node("b")]))
     assert result.feasible, result.reason
     assert result.memory is not None
-    weights = result.memory.weights_gib * memory.GIB * result.tensor_parallel / memory.stage_share(
-        arch.layers, result.pipeline_parallel or 1
-    )
+    weights = result.memory.model_weights_gib * memory.GIB
     assert weights == pytest.approx(_published_bytes(repo), rel=0.05)
 
 

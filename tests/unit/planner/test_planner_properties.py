@@ -100,7 +100,11 @@ def test_every_feasible_plan_is_legal(nodes: list[dict], spec: dict) -> None:
     arch = request.arch
     for p in plans:
         tp, pp = p["tensorParallel"], p["pipelineParallel"]
-        assert tp * pp == p["gpusPerReplica"] == p["nodesPerReplica"] * p["gpusPerNode"]
+        dp = p["dataParallel"]
+        assert dp * tp * pp == p["gpusPerReplica"] == p["nodesPerReplica"] * p["gpusPerNode"]
+        if dp > 1 or p["expertParallel"] > 1:  # mixtures of experts only, EP sharding whole experts
+            assert arch.experts and pp == 1
+            assert p["expertParallel"] in (1, dp * tp) and arch.experts % p["expertParallel"] == 0
         assert arch.attention_heads % tp == 0
         assert arch.kv_heads % tp == 0 or tp % arch.kv_heads == 0
         assert pp <= arch.layers
@@ -117,7 +121,11 @@ def test_every_feasible_plan_is_legal(nodes: list[dict], spec: dict) -> None:
         else:
             assert any(s.nvlink_domain == 1 or tp <= s.nvlink_domain for s in shapes)
         bandwidth = gpus.lookup_gpu(p["gpuProduct"]).memory_bandwidth_gbps * 1e9
-        floor_ms = arch.active_parameters * request.bytes_per_weight / (tp * pp * bandwidth) * 1e3
+        # Every token reads its active weights once; under DP the active experts are spread over
+        # the ranks, the rest (attention, shared experts) read whole by each.
+        rest = arch.parameters - arch.routed_expert_parameters
+        active = min(rest, arch.active_parameters) + max(0.0, arch.active_parameters - rest) / dp
+        floor_ms = active * request.bytes_per_weight / (tp * pp * bandwidth) * 1e3
         assert p["predicted"]["itlMs"] >= floor_ms - 0.01
         assert p["predicted"]["ttftMs"] >= floor_ms - 0.1
     if result["feasible"]:
