@@ -62,8 +62,34 @@ def _rendered_serve_args() -> dict[str, list[str]]:
                 {"LWS_WORKER_INDEX": index, "LWS_LEADER_ADDRESS": "10.0.0.1", "POD_IP": "10.0.0.2"})
             assert launch.argv[:2] == ["vllm", "serve"]
             out[f"{tag} {role}"] = launch.argv[2:]
+    out.update(_expert_parallel_args())
     # What the local fleet adds to a rendered container.
     out["local fleet additions"] = [*out["bfloat16 leader"], "--host", "127.0.0.9", "--master-port", "29777"]
+    return out
+
+
+def _expert_parallel_args() -> dict[str, list[str]]:
+    """EP and DP layouts (issue 38): TP8xEP8 and DP8xTP1xEP8 on one node; DP4xTP4xEP16 over two
+    nodes, leader and worker after the launcher added vLLM's multi-node DP flags."""
+    spec = InferenceDeploymentSpec.model_validate({
+        "model": {"name": "Qwen/Qwen3-30B-A3B", "servedName": "moe"},
+        "serving": {"maxModelLen": 8192, "maxConcurrency": 64}})
+    out: dict[str, list[str]] = {}
+    for label, (dp, tp, ep, nodes) in {"TP8xEP8": (1, 8, 8, 1), "DP8xTP1xEP8": (8, 1, 8, 1),
+                                       "DP2xTP4": (2, 4, 1, 1)}.items():
+        plan = {**_plan(tp, 1, 1), "dataParallel": dp, "expertParallel": ep, "gpusPerNode": dp * tp}
+        container = children.render(OWNER, spec, plan, 1)[0]["spec"]["template"]["spec"]["containers"][0]
+        out[label] = container["args"]
+    plan = {**_plan(4, 1, 2), "dataParallel": 4, "expertParallel": 16, "gpusPerNode": 8}
+    template = children.render(OWNER, spec, plan, 1, runtime_image="r")[0]["spec"]["leaderWorkerTemplate"]
+    for role, index in (("leader", "0"), ("worker", "1")):
+        args = template[f"{role}Template"]["spec"]["containers"][0]["args"]
+        split = args.index("--")
+        launch = launch_spec.build_launch(
+            launch_spec.LaunchInputs(interconnect=launch_spec.Interconnect(args[1]),
+                                     serve_args=tuple(args[split + 1:]), nodes=2),
+            {"LWS_WORKER_INDEX": index, "LWS_LEADER_ADDRESS": "10.0.0.1", "POD_IP": "10.0.0.2"})
+        out[f"DP4xTP4xEP16 {role}"] = launch.argv[2:]
     return out
 
 
@@ -86,3 +112,5 @@ def test_every_rendered_flag_is_accepted_by_the_real_vllm_parser() -> None:
     flags = sorted({a.split("=")[0] for args in cases.values() for a in args if a.startswith("--")})
     print(f"\n{len(cases)} rendered argument lists accepted; flags: {' '.join(flags)}")
     assert {"--headless", "--nnodes", "--master-addr", "--quantization", "--dtype"} <= set(flags)
+    assert {"--enable-expert-parallel", "--data-parallel-size", "--data-parallel-size-local",
+            "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank"} <= set(flags)

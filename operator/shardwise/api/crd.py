@@ -69,7 +69,7 @@ def _printer_columns() -> list[dict[str, Any]]:
 
     return [
         col("Model", "string", ".spec.model.name", "The model served."),
-        col("Layout", "string", ".status.plan.layout", "Planned layout: tensor x pipeline parallel (TP8xPP1)."),
+        col("Layout", "string", ".status.plan.layout", "Planned layout: data x tensor x pipeline parallel and expert parallel size (TP8xPP1, TP8xEP8, DP2xTP4xEP8)."),
         col("Ready", "integer", ".status.readyReplicas", "Replicas ready to serve."),
         col("TTFT", "number", ".status.latency.ttftP95Ms", "Time to first token, p95 over the window, ms."),
         col("USD/h", "number", ".status.cost.hourlyUSD", "GPU cost per hour."),

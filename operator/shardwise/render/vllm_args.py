@@ -34,6 +34,27 @@ def _precision_flags(spec: InferenceDeploymentSpec, plan: dict[str, Any]) -> lis
     return flags + (["--quantization", str(method)] if method else [])
 
 
+def _parallel_flags(plan: dict[str, Any]) -> list[str]:
+    """DP attention and EP (SERVING-SHAPES.md A): `--data-parallel-size` engines of TP GPUs each,
+    `--data-parallel-size-local` of them in each pod; `--enable-expert-parallel` shards the experts
+    over TP x DP ranks. A plan written before it named them renders as it did (no flags). The
+    multi-node DP address, RPC port and start rank are the launcher's (it knows the leader)."""
+    dp = int(plan.get("dataParallel") or 1)
+    flags: list[str] = []
+    if dp > 1:
+        nodes = int(plan.get("nodesPerReplica") or 1)
+        flags += ["--data-parallel-size", str(dp), "--data-parallel-size-local", str(dp // nodes)]
+    if int(plan.get("expertParallel") or 1) > 1:
+        flags.append("--enable-expert-parallel")
+    return flags
+
+
+def max_num_seqs(spec: InferenceDeploymentSpec, plan: dict[str, Any]) -> int:
+    """vLLM applies --max-num-seqs per DP engine: the replica's maxConcurrency over its DP ranks."""
+    dp = int(plan.get("dataParallel") or 1)
+    return -(-spec.serving.maxConcurrency // dp)
+
+
 def served_model_name(spec: InferenceDeploymentSpec, resource_name: str) -> str:
     return spec.model.servedName or resource_name
 
@@ -46,9 +67,10 @@ def build_serve_args(spec: InferenceDeploymentSpec, plan: dict[str, Any], resour
         "--tensor-parallel-size", str(plan["tensorParallel"]),
         "--pipeline-parallel-size", str(plan["pipelineParallel"]),
         "--max-model-len", str(spec.serving.maxModelLen),
-        "--max-num-seqs", str(spec.serving.maxConcurrency),
+        "--max-num-seqs", str(max_num_seqs(spec, plan)),
         "--gpu-memory-utilization", str(spec.serving.gpuMemoryUtilization),
         "--port", str(VLLM_PORT),
         *_precision_flags(spec, plan),
+        *_parallel_flags(plan),
     ]
     return args + lora.serve_flags(spec) + list(spec.serving.extraArgs)

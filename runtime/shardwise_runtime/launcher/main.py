@@ -9,7 +9,9 @@
 Everything after `--` is passed to `vllm serve` as it is (the model first, then the planned
 flags: --tensor-parallel-size, --pipeline-parallel-size, --max-model-len, ...). The launcher adds
 only the multi-node flags (--distributed-executor-backend mp --nnodes --node-rank --master-addr,
-and --headless on workers); see `spec` for why vLLM's own multi-node path and not Ray.
+and --headless on workers), or for a DP replica (--data-parallel-size in the arguments) vLLM's
+multi-node DP flags (--data-parallel-address, --data-parallel-rpc-port 29550, and --headless
+--data-parallel-start-rank on workers); see `spec` for why vLLM's own multi-node path and not Ray.
 
 Environment read (flags win):
   LWS_GROUP_SIZE      nodes in the group (default 1)

@@ -9,6 +9,12 @@ Multi-node bootstrap: vLLM's own multiprocessing path (`--distributed-executor-b
 - no Ray runtime (GCS, raylets, `ray status` parsing that changes between Ray versions) to keep
   healthy, and no Ray placement decisions between the planner and the GPUs;
 - the flags exist in the targeted vLLM (0.32, checked against its `--help=all` in the tests).
+A replica with DP attention (`--data-parallel-size` in the serve arguments) spreads over nodes by
+DP instead, vLLM's multi-node DP launch (SERVING-SHAPES.md A): every node runs its
+`--data-parallel-size-local` engines; all get `--data-parallel-address LEADER
+--data-parallel-rpc-port P`, the workers also `--headless --data-parallel-start-rank
+rank x local` (no API server: only the leader serves HTTP, whose internal load balancer spreads
+requests over every rank).
 What vLLM's own path lacks is a readable error when a member never arrives (torch's store just
 times out), so the launcher first forms the group itself (`rendezvous`) and names who is missing.
 """
@@ -45,7 +51,14 @@ DEFAULT_MIN_SHM_MIB = 1024
 # Flags the launcher owns on a multi-node launch; the same flags in the serve arguments would
 # contradict the group it forms.
 _MULTI_NODE_FLAGS = frozenset({"--distributed-executor-backend", "--nnodes", "-n",
-                               "--node-rank", "-r", "--master-addr", "--headless"})
+                               "--node-rank", "-r", "--master-addr", "--headless",
+                               "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp",
+                               "--data-parallel-start-rank", "-dpr"})
+_DP_FLAGS = ("--data-parallel-size", "-dp")
+_DP_LOCAL_FLAGS = ("--data-parallel-size-local", "-dpl")
+# vLLM's DP RPC port must be the same on every node ("All nodes must use the same port"); fixed
+# here, beside the rendezvous port, so the pods' ports are known.
+DEFAULT_DP_RPC_PORT = 29550
 _TP_FLAGS = ("--tensor-parallel-size", "-tp")
 _PP_FLAGS = ("--pipeline-parallel-size", "-pp")
 
@@ -101,15 +114,19 @@ def build_launch(inputs: LaunchInputs, env: Mapping[str, str]) -> LaunchSpec:
 
     rendezvous = None
     argv = ["vllm", "serve", *serve_args]
+    dp = _int_flag(serve_args, _DP_FLAGS)
     if nodes > 1:
         rendezvous = _rendezvous(inputs, env, nodes)
-        argv += multi_node_flags(rendezvous)
+        if dp > 1:
+            argv += data_parallel_flags(rendezvous, _dp_local(serve_args, dp, nodes))
+        else:
+            argv += multi_node_flags(rendezvous)
     elif inputs.role is Role.WORKER:
         raise UsageError("--role worker needs --nodes (or LWS_GROUP_SIZE) above 1")
 
     world = _world_size(serve_args)
     if world % nodes:
-        raise UsageError(f"tensor x pipeline parallel size {world} does not divide over "
+        raise UsageError(f"data x tensor x pipeline parallel size {world} does not divide over "
                          f"{nodes} nodes")
     added = interconnect_env(inputs.interconnect)
     pod_ip = env.get("POD_IP")
@@ -151,6 +168,28 @@ def multi_node_flags(rendezvous: Rendezvous) -> list[str]:
     return flags
 
 
+def data_parallel_flags(rendezvous: Rendezvous, local: int) -> list[str]:
+    """vLLM's multi-node DP launch: every node the head's address and RPC port; workers run
+    their ranks headless from `rank x local`."""
+    flags = ["--data-parallel-address", rendezvous.leader_address,
+             "--data-parallel-rpc-port", str(DEFAULT_DP_RPC_PORT)]
+    if rendezvous.role is Role.WORKER:
+        flags += ["--headless", "--data-parallel-start-rank", str(rendezvous.node_rank * local)]
+    return flags
+
+
+def _dp_local(serve_args: Sequence[str], dp: int, nodes: int) -> int:
+    local = _int_flag(serve_args, _DP_LOCAL_FLAGS, default=0)
+    if not local:
+        if dp % nodes:
+            raise UsageError(f"--data-parallel-size {dp} does not divide over {nodes} nodes")
+        local = dp // nodes
+    if local * nodes != dp:
+        raise UsageError(f"--data-parallel-size-local {local} on {nodes} nodes is not "
+                         f"--data-parallel-size {dp}")
+    return local
+
+
 def local_model_path(model: str) -> str | None:
     """The model as a local path when it is written as one; hub names (org/name) are not."""
     if model.startswith(("/", "./", "../", "~")):
@@ -187,10 +226,11 @@ def _rendezvous(inputs: LaunchInputs, env: Mapping[str, str], nodes: int) -> Ren
 
 
 def _world_size(serve_args: Sequence[str]) -> int:
-    return _int_flag(serve_args, _TP_FLAGS) * _int_flag(serve_args, _PP_FLAGS)
+    return (_int_flag(serve_args, _TP_FLAGS) * _int_flag(serve_args, _PP_FLAGS)
+            * _int_flag(serve_args, _DP_FLAGS))
 
 
-def _int_flag(args: Sequence[str], names: Sequence[str]) -> int:
+def _int_flag(args: Sequence[str], names: Sequence[str], default: int = 1) -> int:
     for i, arg in enumerate(args):
         name, sep, value = arg.partition("=")
         if name in names:
@@ -199,7 +239,7 @@ def _int_flag(args: Sequence[str], names: Sequence[str]) -> int:
                 return int(raw)
             except ValueError:
                 raise UsageError(f"{name} needs an integer, got {raw!r}") from None
-    return 1
+    return default
 
 
 def _env_int(env: Mapping[str, str], name: str) -> int | None:

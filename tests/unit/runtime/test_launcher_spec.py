@@ -132,3 +132,34 @@ def test_inconsistent_launches_are_usage_errors(serve_args: list[str], env: dict
                                                inputs: dict[str, Any], message: str) -> None:
     with pytest.raises(spec.UsageError, match=message):
         build(serve_args, env, **inputs)
+
+
+# --- DP attention over nodes (issue 38): vLLM's multi-node DP launch, not --nnodes -------------
+
+DP_ARGS = ["deepseek-ai/DeepSeek-V3", "--tensor-parallel-size", "8", "--pipeline-parallel-size", "1",
+           "--data-parallel-size", "2", "--data-parallel-size-local", "1", "--enable-expert-parallel"]
+
+
+def test_dp_leader_gets_the_dp_address_and_rpc_port() -> None:
+    launch = build(DP_ARGS, LWS_LEADER)
+    assert launch.argv == ["vllm", "serve", *DP_ARGS, "--data-parallel-address",
+                           "llama-405b-0.llama-405b.ml", "--data-parallel-rpc-port", "29550"]
+    assert launch.rendezvous is not None and launch.rendezvous.nodes == 2
+    assert not vllm_flags.unknown_flags(launch.argv[3:])
+
+
+def test_dp_worker_runs_its_ranks_headless_from_its_start_rank() -> None:
+    args = [*DP_ARGS[:5], "--data-parallel-size", "16", "--data-parallel-size-local", "8"]
+    args[2] = "1"  # DP16 x TP1 over two nodes: 8 ranks on each
+    launch = build(args, LWS_WORKER)
+    assert launch.argv[-7:] == ["--data-parallel-address", "llama-405b-0.llama-405b.ml",
+                                "--data-parallel-rpc-port", "29550", "--headless",
+                                "--data-parallel-start-rank", "8"]
+    assert "--nnodes" not in launch.argv and "--master-addr" not in launch.argv
+
+
+def test_dp_that_does_not_divide_over_the_nodes_is_refused() -> None:
+    with pytest.raises(spec.UsageError, match="--data-parallel-size-local 3 on 2 nodes"):
+        build([*DP_ARGS[:5], "--data-parallel-size", "4", "--data-parallel-size-local", "3"], LWS_LEADER)
+    with pytest.raises(spec.UsageError, match="launcher sets --data-parallel-address"):
+        build([*DP_ARGS, "--data-parallel-address", "x"], LWS_LEADER)
