@@ -33,6 +33,14 @@ SPECS: dict[str, dict[str, Any]] = {
         "model": {"name": "deepseek-ai/DeepSeek-R1", "dtype": "fp8"},
         "parallelism": {"objective": "Throughput"},
     },
+    # Mixtures of experts search EP and DP layouts too (issue 38): the enlarged layout space.
+    "Qwen3-235B-A22B EP/DP 256 streams": {
+        "model": {"name": "Qwen/Qwen3-235B-A22B"},
+        "parallelism": {"objective": "Throughput"},
+        "serving": {"maxConcurrency": 256},
+        "workload": {"concurrency": 256},
+    },
+    "Mixtral EP/DP Latency": {"model": {"name": "mistralai/Mixtral-8x7B-Instruct-v0.1"}},
 }
 # (share of nodes, product, GPUs, interconnect, NVLink domain, clique size or 0)
 FLEET = [
@@ -134,9 +142,9 @@ def main() -> None:
                 functools.partial(_inventory_and_plan, nodes, pods, request), args.runs
             )
             worst = max(worst, total)
-            layout = f"TP{result.tensor_parallel} x PP{result.pipeline_parallel}"
+            layout = result.layout or f"TP{result.tensor_parallel}xPP{result.pipeline_parallel}"
             print(
-                f"  plan {label:<28} {took:6.2f} ms  total {total:7.2f} ms  "
+                f"  plan {label:<34} {took:6.2f} ms  total {total:7.2f} ms  "
                 f"({_verdict(total, target)})  -> {layout} on {result.gpu_product}"
             )
         print(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from shardwise import pricing
@@ -171,6 +171,26 @@ def _wanted(request: PlanRequest, lay: layouts.Layout) -> bool:
     )
 
 
+def _evaluated(
+    request: PlanRequest,
+    eligible: Eligible,
+    lays: Iterable[layouts.Layout],
+    prices: Mapping[str, float] | None,
+    learned: Mapping[str, plans.Correction],
+) -> list[Candidate]:
+    """The wanted layouts, scored. An EP or DP layout that does not fit memory is dropped before
+    its prediction (most of them, and the search's time): the TP x PP layouts of the same GPUs
+    already say how close the model comes to fitting."""
+    found = []
+    for lay in lays:
+        if not _wanted(request, lay):
+            continue
+        if (lay.dp > 1 or lay.ep) and not layout_fit(request, eligible.shape, lay).fits:
+            continue
+        found.append(_evaluate(request, eligible, lay, prices, learned))
+    return found
+
+
 def _pool_candidates(
     request: PlanRequest,
     eligible: Eligible,
@@ -179,11 +199,7 @@ def _pool_candidates(
 ) -> list[Candidate]:
     """Single-node layouts; when none fits memory, layouts over the fewest nodes that fit."""
     arch, shape = request.arch, eligible.shape
-    found = [
-        _evaluate(request, eligible, lay, prices, learned)
-        for lay in layouts.single_node(arch, shape)
-        if _wanted(request, lay)
-    ]
+    found = _evaluated(request, eligible, layouts.single_node(arch, shape), prices, learned)
     if any(c.fit.fits for c in found):
         return found
     fixed_gpus = request.tensor * request.pipeline if request.tensor and request.pipeline else None
@@ -195,13 +211,15 @@ def _pool_candidates(
             per_node = fixed_gpus // nodes
         else:
             per_node = shape.gpus_per_node
-        step = [
-            _evaluate(request, eligible, lay, prices, learned)
-            for lay in layouts.multi_node(
+        step = _evaluated(
+            request,
+            eligible,
+            layouts.multi_node(
                 arch, shape, nodes, per_node=per_node, clique_nodes=eligible.largest_clique
-            )
-            if _wanted(request, lay)
-        ]
+            ),
+            prices,
+            learned,
+        )
         found.extend(step)
         if any(c.fit.fits for c in step):
             break
