@@ -127,6 +127,32 @@ def test_one_base_url_reaches_every_model_streaming_and_not_on_both_replicas(fro
         assert _metric(door, "shardwise_gateway_fast_path_models") >= len(MODELS)
 
 
+SERVED = "x-gateway-destination-endpoint-served"
+
+
+def _served_count(door: FrontDoor, model: str, endpoint: str) -> float:
+    """What the observer read from Envoy's access log: responses of `model` served by `endpoint`."""
+    return _metric(door, f'shardwise_gateway_served_requests_total{{endpoint="{endpoint}",model="{model}"}}')
+
+
+def test_every_response_names_its_engine_as_the_access_log_does(front: Setup) -> None:
+    door = front.a
+    for model in MODELS:  # the fast path, streaming and not
+        engine = f"{_pod_of(front.kubectl, model)['status']['podIP']}:8000"
+        before = _served_count(door, model, engine)
+        answer = httpx.post(f"{door.base_url}/chat/completions", timeout=30,
+                            json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert answer.status_code == 200 and answer.headers[SERVED] == engine
+        with httpx.stream("POST", f"{door.base_url}/completions", timeout=30,
+                          json={"model": model, "prompt": "hi", "max_tokens": 3, "stream": True}) as stream:
+            assert stream.status_code == 200 and stream.headers[SERVED] == engine
+            stream.read()
+        eventually(lambda: _served_count(door, model, engine) - before == 2, timeout=10,
+                   what=f"the access log naming {engine} for both of {model}'s responses")
+    refused = httpx.post(f"{door.base_url}/chat/completions", json={"model": "no-such-model", "messages": []})
+    assert refused.status_code == 404 and SERVED not in refused.headers  # no engine gave it
+
+
 def test_models_lists_every_served_model(front: Setup) -> None:
     listed = httpx.get(f"{front.a.base_url}/models")
     assert listed.status_code == 200 and listed.headers["content-type"] == "application/json"
@@ -181,8 +207,9 @@ def test_a_model_at_zero_is_held_woken_and_answers(front: Setup) -> None:
     def ask() -> None:
         started = time.monotonic()
         try:
-            result["reply"] = _client(front.a).with_options(timeout=120).chat.completions.create(
+            raw = _client(front.a).with_options(timeout=120).chat.completions.with_raw_response.create(
                 model=ZERO, messages=[{"role": "user", "content": "wake up"}], max_tokens=2)
+            result["reply"], result["served"] = raw.parse(), raw.headers.get(SERVED)
         except Exception as exc:  # noqa: BLE001 - asserted below
             result["error"] = exc
         result["seconds"] = time.monotonic() - started
@@ -202,6 +229,10 @@ def test_a_model_at_zero_is_held_woken_and_answers(front: Setup) -> None:
     asker.join(120)
     assert "error" not in result, result.get("error")
     assert result["reply"].model == ZERO
+    # Held, then sent by the picker (ORIGINAL_DST): the response names the engine, as the access log does.
+    assert str(result["served"]).endswith(":8000")
+    eventually(lambda: _served_count(front.a, ZERO, result["served"]) >= 1, timeout=10,
+               what="the access log naming the engine that woke")
     print(f"\nfirst answer from zero after {result['seconds']:.2f} s")
     # The wake-up is on the status (the held request to the first ready replica), and with no
     # more requests the deployment idles back to zero after scaleToZeroAfterSeconds.
