@@ -88,7 +88,7 @@ class Calibrator:
         status, ratios = compared
         model = str((spec.get("model") or {}).get("name") or "")
         key = corrections.key(model, str(plan.get("gpuProduct")), int(plan["tensorParallel"]),
-                              int(plan["pipelineParallel"]))
+                              int(plan["pipelineParallel"]), plan.get("layout"))
         self.table()
         with self._lock:
             assert self._table is not None

@@ -19,12 +19,16 @@ def transitions(old_status: dict[str, Any], new_status: dict[str, Any]) -> list[
     rollouts that started (with their strategy and why)."""
     out: list[Announcement] = []
     old_plan, new_plan = old_status.get("plan") or {}, new_status.get("plan") or {}
-    if new_plan.get("feasible") and (old_plan.get("tensorParallel"), old_plan.get("pipelineParallel"),
-                                     old_plan.get("gpuProduct")) != (new_plan.get("tensorParallel"),
-                                                                     new_plan.get("pipelineParallel"),
-                                                                     new_plan.get("gpuProduct")):
-        out.append(("Normal", "Planned", f"TP {new_plan['tensorParallel']} x PP {new_plan['pipelineParallel']} on "
-                                         f"{new_plan.get('gpuProduct')}: {new_plan.get('reason', '')}"))
+    def shape(plan: dict[str, Any]) -> tuple[Any, ...]:
+        return (plan.get("tensorParallel"), plan.get("pipelineParallel"), plan.get("dataParallel") or 1,
+                plan.get("expertParallel") or 1, plan.get("gpuProduct"))
+
+    if new_plan.get("feasible") and shape(old_plan) != shape(new_plan):
+        dp, ep = int(new_plan.get("dataParallel") or 1), int(new_plan.get("expertParallel") or 1)
+        words = f"TP {new_plan['tensorParallel']} x PP {new_plan['pipelineParallel']}"
+        if dp > 1 or ep > 1:  # EP/DP layouts by their label (DP8xTP1xEP8), as LAYOUT shows them
+            words = str(new_plan.get("layout") or words)
+        out.append(("Normal", "Planned", f"{words} on {new_plan.get('gpuProduct')}: {new_plan.get('reason', '')}"))
     old_rollout, new_rollout = old_status.get("rollout") or {}, new_status.get("rollout") or {}
     if new_rollout.get("revision") and new_rollout.get("revision") != old_rollout.get("revision"):
         out.append(("Normal", "RolloutStarted", f"{new_rollout.get('strategy')}: {new_rollout.get('reason', '')}"))

@@ -30,9 +30,11 @@ METRICS = ("ttft", "itl", "tokens_per_second")
 _JSON = {"ttft": "ttftFactor", "itl": "itlFactor", "tokens_per_second": "tokensPerSecondFactor"}
 
 
-def key(model: str, product: str, tp: int, pp: int) -> str:
-    """One entry per (model, GPU product, layout); model ids compare case-insensitively."""
-    return f"{model.strip().lower()}|{product}|TP{tp}xPP{pp}"
+def key(model: str, product: str, tp: int, pp: int, layout: str | None = None) -> str:
+    """One entry per (model, GPU product, layout); model ids compare case-insensitively. The
+    layout is the plan's label when it has one (DP8xTP1xEP8 is not TP1xPP1); plain layouts keep
+    the TP8xPP1 keys learned before EP and DP existed."""
+    return f"{model.strip().lower()}|{product}|{layout or f'TP{tp}xPP{pp}'}"
 
 
 def clamp(factor: float) -> float:

@@ -65,6 +65,8 @@ def predict_for_plan(
         nodes=int(plan.get("nodesPerReplica") or 1),
         gpus_per_node=per_node,
         tp_spans_nodes=int(tp) > per_node,
+        dp=int(plan.get("dataParallel") or 1),
+        ep=int(plan.get("expertParallel") or 1) > 1,
     )
     return search.predict_layout(req, shape, lay, search.layout_fit(req, shape, lay))
 

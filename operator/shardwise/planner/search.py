@@ -148,7 +148,9 @@ def _evaluate(
     shape = eligible.shape
     fit = layout_fit(request, shape, lay)
     prediction = predict_layout(request, shape, lay, fit)
-    correction = learned.get(corrections.key(request.model_name, shape.product, lay.tp, lay.pp))
+    correction = learned.get(
+        corrections.key(request.model_name, shape.product, lay.tp, lay.pp, lay.label)
+    )
     if correction is not None:
         prediction = corrections.apply(prediction, correction)
     price, source = pricing.resolve_gpu_hour_price(shape.product, request.gpu_hour_usd, prices)

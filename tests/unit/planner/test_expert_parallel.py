@@ -255,3 +255,27 @@ def test_status_plan_carries_the_full_layout() -> None:
     assert result["gpusPerReplica"] == result["dataParallel"] * result["tensorParallel"] * result["pipelineParallel"]
     if result["expertParallel"] > 1:
         assert result["layout"].endswith(f"xEP{result['expertParallel']}")
+
+
+def test_a_dp_plan_is_its_own_layout_for_corrections_replay_and_events() -> None:
+    from shardwise.decide import transitions
+    from shardwise.planner import corrections, replay
+
+    body = spec("deepseek-ai/DeepSeek-V3", objective="Throughput",
+                serving={"maxConcurrency": 256, "maxModelLen": 4096})
+    body["workload"] = {"concurrency": 256, "promptTokens": 1024, "outputTokens": 2048}
+    shown = planner.plan(planner.request_from_spec(body),
+                         planner.inventory_from_nodes([_h200_node()], [])).to_dict()
+    assert shown["dataParallel"] > 1
+    # A correction learned on DP8xTP1xEP8 is not TP1xPP1's; plain layouts keep their old keys.
+    assert corrections.key("m", H200, 1, 1, "DP8xTP1xEP8") != corrections.key("m", H200, 1, 1)
+    assert corrections.key("m", H200, 8, 1, "TP8xPP1") == corrections.key("m", H200, 8, 1)
+    # The fleet's replay predicts the plan's own layout, DP and EP included.
+    again = replay.predict_for_plan(body, shown, concurrency=256, prompt_tokens=1024, output_tokens=2048)
+    assert again is not None
+    assert again.itl_s * 1e3 == pytest.approx(shown["predicted"]["itlMs"], rel=0.01)
+    # The Planned event names it as LAYOUT does.
+    tp8 = {**shown, "dataParallel": 1, "expertParallel": 1, "tensorParallel": 8, "layout": "TP8xPP1"}
+    events = transitions.transitions({"plan": tp8}, {"plan": shown})
+    assert any(reason == "Planned" and message.startswith(f"{shown['layout']} on ")
+               for _, reason, message in events)
