@@ -228,7 +228,8 @@ def _weights_lines(result: plans.Plan) -> list[str]:
     line = f"WEIGHTS      {plan_request.format_words(str(loaded))} ({how}{flag})"
     fit = result.memory
     if fit is not None and result.tensor_parallel:
-        total = fit.weights_gib * result.tensor_parallel
+        # The model once: under DP every rank holds its own attention weights, so not per GPU x TP.
+        total = fit.model_weights_gib or fit.weights_gib * result.tensor_parallel
         line += f", {fit.weights_gib:.1f} GiB per GPU"
         if (result.pipeline_parallel or 1) == 1:
             line += f", {total:.1f} GiB in all"

@@ -233,6 +233,9 @@ def test_reasons_say_why_dp_won_at_high_load(tmp_path: Path, capsys: pytest.Capt
     assert f"256 streams need {shown['dataParallel']} copies of the KV budget" in shown["reason"]
     words = shown["reason"] + " ".join(a["rejectedBecause"] for a in shown["alternatives"])
     assert "replicates MLA's latent KV" in words
+    # The model once in the WEIGHTS line, not per GPU x TP: DP ranks each hold attention weights.
+    _, table = _plan_cli(tmp_path, capsys, body, [_h200_node()])
+    assert f"{shown['memory']['weightsGiB']:.1f} GiB in all" in table
 
 
 def test_reasons_say_why_tp_won_at_low_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
