@@ -105,10 +105,10 @@ def resolve(spec: InferenceDeploymentSpec, *, default_mode: str = DEFAULT_MODE,
 def weight_bytes(plan: dict[str, Any]) -> int:
     """The model's weight bytes, from the plan's per-GPU weights and its layout (a DP plan says
     the whole model's: its ranks each hold their own attention weights)."""
-    whole = (plan.get("memory") or {}).get("weightsGiB") if isinstance(plan.get("memory"), dict) else None
-    if whole:
-        return int(float(whole) * GIB)
-    per_gpu = float(plan.get("weightsGiBPerGPU") or 0.0)
+    memory = plan.get("memory") if isinstance(plan.get("memory"), dict) else {}
+    if memory.get("weightsGiB"):
+        return int(float(memory["weightsGiB"]) * GIB)
+    per_gpu = float(memory.get("weightsGiBPerGPU") or 0.0)
     return int(per_gpu * int(plan.get("tensorParallel") or 1) * int(plan.get("pipelineParallel") or 1) * GIB)
 
 

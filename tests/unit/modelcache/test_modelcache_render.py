@@ -8,7 +8,7 @@ from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 from shardwise.render import children, modelcache as mc
 
 PLAN = {"feasible": True, "tensorParallel": 2, "pipelineParallel": 1, "nodesPerReplica": 1, "gpusPerNode": 2,
-        "weightsGiBPerGPU": 7.0, "gpuProduct": "NVIDIA-H100-80GB-HBM3", "predicted": {}}
+        "memory": {"weightsGiBPerGPU": 7.0}, "gpuProduct": "NVIDIA-H100-80GB-HBM3", "predicted": {}}
 
 
 def spec(**model: object) -> InferenceDeploymentSpec:
@@ -90,3 +90,22 @@ def test_startup_probe_follows_the_expected_load_time() -> None:
 def test_size_override(size: str) -> None:
     claim = mc.build_claim(mc.resolve(spec(cache={"mode": "Cluster", "size": size})), "ns", 10)
     assert claim["spec"]["resources"]["requests"]["storage"] == size
+
+
+def test_claim_is_sized_from_a_real_plan() -> None:
+    """The plan the planner writes (weights under `memory`), not a hand-made one: a 70B model in
+    bf16 on H100s must get a claim for its ~131 GiB of weights, not the 1 GiB floor."""
+    from shardwise import planner
+
+    h100 = {"kind": "Node", "metadata": {"name": "h100", "labels": {
+        "kubernetes.io/hostname": "h100", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "nvidia.com/gpu.count": "8", "shardwise.io/gpu-interconnect": "nvswitch",
+        "shardwise.io/nvlink-domain-size": "8"}},
+        "spec": {}, "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
+                               "conditions": [{"type": "Ready", "status": "True"}]}}
+    request = planner.request_from_spec(
+        spec(name="meta-llama/Llama-3.1-70B-Instruct", dtype="bfloat16").model_dump(mode="json", by_alias=True, exclude_none=True))
+    plan = planner.plan(request, planner.inventory_from_nodes([h100])).to_dict()
+    assert plan["feasible"], plan["reason"]
+    weights_gib = mc.weight_bytes(plan) / mc.GIB
+    assert 125 < weights_gib < 140, weights_gib
