@@ -23,7 +23,7 @@ class Settings:
     # Image for multi-node pods whose spec keeps the default vLLM image: that image plus
     # shardwise-launch. None leaves spec.serving.image as it is.
     runtime_image: str | None = None
-    # Model weight cache (docs in README "Model cache"): the mode for specs that name none (the
+    # Model weight cache (docs in docs/model-cache.md): the mode for specs that name none (the
     # chart sets Cluster; a bare `shardwise run` keeps the pre-cache behaviour, so harnesses and
     # tests that do not care see no cache), the storage class for specs that name none (None: the
     # cluster default), the hub URL the downloader uses, the downloader's image, and how long an
