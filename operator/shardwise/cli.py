@@ -17,6 +17,7 @@ _SUBCOMMAND_MODULES = (
     "shardwise.controller.cli",
     "shardwise.api.cli",
     "shardwise.planner.cli",
+    "shardwise.planner.disaggregation_cli",
     "shardwise.observe.cli",
     "shardwise.gateway.cli",
 )

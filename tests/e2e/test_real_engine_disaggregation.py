@@ -51,7 +51,7 @@ def _spec(kv: pathlib.Path, disaggregation: bool) -> InferenceDeploymentSpec:
         "model": {"name": "shardwise/tiny-llama", "servedName": "tiny", "dtype": "bfloat16"},
         "serving": {"maxModelLen": 512, "maxConcurrency": 4, "image": real.LOCAL_VLLM_CPU_IMAGE}}
     if disaggregation:
-        body["disaggregation"] = {"mode": "On", "connector": "ExampleConnector",
+        body["disaggregation"] = {"mode": "Disaggregated", "connector": "ExampleConnector",
                                   "sharedStorage": {"claimName": "kv", "path": str(kv)}}
     return InferenceDeploymentSpec.model_validate(body)
 

@@ -15,14 +15,14 @@ from tests.e2e.test_validation import with_spec
 
 pytestmark = pytest.mark.e2e
 
-ON = {"mode": "On"}
-EXAMPLE = {"mode": "On", "connector": "ExampleConnector", "sharedStorage": {"claimName": "kv"}}
+ON = {"mode": "Disaggregated"}
+EXAMPLE = {"mode": "Disaggregated", "connector": "ExampleConnector", "sharedStorage": {"claimName": "kv"}}
 REFUSED = [
-    ("offloading", with_spec(disaggregation={"mode": "On", "connector": "OffloadingConnector"}),
+    ("offloading", with_spec(disaggregation={"mode": "Disaggregated", "connector": "OffloadingConnector"}),
      v1alpha1.DISAGGREGATION_OFFLOADING_MESSAGE),
-    ("example without a claim", with_spec(disaggregation={"mode": "On", "connector": "ExampleConnector"}),
+    ("example without a claim", with_spec(disaggregation={"mode": "Disaggregated", "connector": "ExampleConnector"}),
      v1alpha1.DISAGGREGATION_STORAGE_MESSAGE),
-    ("decode zero", with_spec(disaggregation={"mode": "On", "decode": {"replicas": 0}}),
+    ("decode zero", with_spec(disaggregation={"mode": "Disaggregated", "decode": {"replicas": 0}}),
      v1alpha1.DISAGGREGATION_DECODE_MESSAGE),
     ("autoscaling", with_spec(disaggregation=ON, autoscaling={"maxReplicas": 2, "slo": {"itlP95": "50ms"}}),
      v1alpha1.DISAGGREGATION_AUTOSCALING_MESSAGE),

@@ -588,8 +588,9 @@ class LoraSpec(_Model):
 
 
 class DisaggregationMode(str, Enum):
-    Off = "Off"
-    On = "On"
+    # Not On/Off: YAML 1.1 (kubectl, yaml.v2) reads a bare On or Off as a boolean.
+    Aggregated = "Aggregated"
+    Disaggregated = "Disaggregated"
 
 
 class KVConnector(str, Enum):
@@ -622,7 +623,8 @@ DISAGGREGATION_DECODE_MESSAGE = (
     "engines only compute KV; scale both roles to 0 together"
 )
 DISAGGREGATION_EXTRA_ARGS_MESSAGE = (
-    "spec.serving.extraArgs may not set --kv-transfer-config while spec.disaggregation is On: shardwise renders "
+    "spec.serving.extraArgs may not set --kv-transfer-config while spec.disaggregation.mode is Disaggregated: "
+    "shardwise renders "
     "it for each role from disaggregation.connector"
 )
 
@@ -664,7 +666,8 @@ class DisaggregationSpec(_Model):
     """Prefill and decode on separate engines that hand the prompt's KV cache over a connector."""
 
     mode: DisaggregationMode = Field(
-        DisaggregationMode.Off, description="Off: one pool serves both phases (the default). On: a prefill "
+        DisaggregationMode.Aggregated, description="Aggregated: one pool serves both phases (the default). "
+        "Disaggregated: a prefill "
         "Deployment and a decode Deployment, each with vLLM's --kv-transfer-config for its role; requests reach "
         "the decode engines, which prefill themselves unless a router hands them the prefill engines' KV.",
     )
@@ -679,7 +682,7 @@ class DisaggregationSpec(_Model):
 
     @model_validator(mode="after")
     def _runnable(self) -> DisaggregationSpec:  # the CEL rules below, for files read offline
-        if self.mode is DisaggregationMode.Off:
+        if self.mode is DisaggregationMode.Aggregated:
             return self
         if self.connector is KVConnector.OffloadingConnector:
             raise ValueError(DISAGGREGATION_OFFLOADING_MESSAGE)
@@ -690,11 +693,11 @@ class DisaggregationSpec(_Model):
         return self
 
     model_config = ConfigDict(json_schema_extra=_rules(
-        ("self.mode == 'Off' || self.connector != 'OffloadingConnector'", DISAGGREGATION_OFFLOADING_MESSAGE,
+        ("self.mode == 'Aggregated' || self.connector != 'OffloadingConnector'", DISAGGREGATION_OFFLOADING_MESSAGE,
          ".connector"),
-        ("self.mode == 'Off' || self.connector != 'ExampleConnector' || has(self.sharedStorage.claimName)",
+        ("self.mode == 'Aggregated' || self.connector != 'ExampleConnector' || has(self.sharedStorage.claimName)",
          DISAGGREGATION_STORAGE_MESSAGE, ".sharedStorage"),
-        ("self.mode == 'Off' || self.decode.replicas > 0 || self.prefill.replicas == 0",
+        ("self.mode == 'Aggregated' || self.decode.replicas > 0 || self.prefill.replicas == 0",
          DISAGGREGATION_DECODE_MESSAGE, ".decode.replicas"),
     ))
 
@@ -741,7 +744,8 @@ class InferenceDeploymentSpec(_Model):
         "first one without restarting the pods."
     )
     disaggregation: DisaggregationSpec | None = Field(
-        None, description="Prefill and decode on separate engines (docs/disaggregation.md); unset or mode Off: "
+        None, description="Prefill and decode on separate engines (docs/disaggregation.md); unset or mode "
+        "Aggregated: "
         "one pool serves both."
     )
 
@@ -757,7 +761,7 @@ class InferenceDeploymentSpec(_Model):
     @model_validator(mode="after")
     def _disaggregation_runs(self) -> InferenceDeploymentSpec:  # the CEL rules, for files read offline
         d = self.disaggregation
-        if d is None or d.mode is DisaggregationMode.Off:
+        if d is None or d.mode is DisaggregationMode.Aggregated:
             return self
         if self.autoscaling is not None:
             raise ValueError(DISAGGREGATION_AUTOSCALING_MESSAGE)
@@ -794,14 +798,14 @@ class InferenceDeploymentSpec(_Model):
         "message": "spec.replicas and spec.autoscaling cannot both be set: with autoscaling, shardwise owns the "
                    "replica count (between autoscaling.minReplicas and maxReplicas); remove spec.replicas",
     }, {
-        "rule": "!(has(self.disaggregation) && self.disaggregation.mode == 'On') || !has(self.autoscaling)",
+        "rule": "!(has(self.disaggregation) && self.disaggregation.mode == 'Disaggregated') || !has(self.autoscaling)",
         "message": DISAGGREGATION_AUTOSCALING_MESSAGE, "fieldPath": ".disaggregation",
     }, {
-        "rule": "!(has(self.disaggregation) && self.disaggregation.mode == 'On') || self.disaggregation.connector != 'ExampleConnector' || "
+        "rule": "!(has(self.disaggregation) && self.disaggregation.mode == 'Disaggregated') || self.disaggregation.connector != 'ExampleConnector' || "
                 "!has(self.adapters) || size(self.adapters) == 0",
         "message": DISAGGREGATION_ADAPTERS_MESSAGE, "fieldPath": ".disaggregation.connector",
     }, {
-        "rule": "!(has(self.disaggregation) && self.disaggregation.mode == 'On') || !has(self.serving.extraArgs) || !self.serving.extraArgs.exists(a, " + _KV_FLAG_CEL + ")",
+        "rule": "!(has(self.disaggregation) && self.disaggregation.mode == 'Disaggregated') || !has(self.serving.extraArgs) || !self.serving.extraArgs.exists(a, " + _KV_FLAG_CEL + ")",
         "message": DISAGGREGATION_EXTRA_ARGS_MESSAGE, "fieldPath": ".serving.extraArgs",
     }, workload_fit.CEL_RULE]})
 

@@ -50,8 +50,8 @@ from shardwise.render import modelcache as mc
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
 DISAGGREGATION_NOT_SERVED = (
-    "spec.disaggregation mode On is not served by this operator yet: nothing is created (docs/disaggregation.md, "
-    "Limits); set mode Off to serve both phases on one pool")
+    "spec.disaggregation mode Disaggregated is not served by this operator yet: nothing is created "
+    "(docs/disaggregation.md, Limits); set mode Aggregated to serve both phases on one pool")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -264,19 +264,19 @@ def choose(request: PlanRequest, shape: inventory.GpuShape, gpus: int, rate: flo
            *, policy: str = "Auto") -> Choice:
     """Aggregated or disaggregated for `rate` requests/s on at most `gpus` GPUs of `shape`.
 
-    policy Off: aggregated; On: the best pair; Auto: the pair only where the aggregated layouts
+    policy Aggregated: aggregated; Disaggregated: the best pair; Auto: the pair only where the aggregated layouts
     miss a declared SLO and the pair meets them all (or misses by less)."""
     agg = best_aggregated(request, shape, gpus, rate, slo)
-    pair = best_pair(request, shape, gpus, rate, slo) if policy != "Off" else None
+    pair = best_pair(request, shape, gpus, rate, slo) if policy != AGGREGATED else None
     if agg is None and pair is None:
         return Choice(AGGREGATED, "no layout fits memory", None, None)
     a_text = f"aggregated {agg.describe()}: {_figures(agg.outcome)}" if agg else "no aggregated layout fits"
     p_text = (f"disaggregated {pair.describe()} (KV hand-off {_ms(pair.handoff_s)} over {pair.link}): "
               f"{_figures(pair.outcome)}") if pair else "no prefill/decode pair fits"
     both = f"{a_text}; {p_text}"
-    if policy == "Off" or pair is None:
+    if policy == AGGREGATED or pair is None:
         return Choice(AGGREGATED, f"disaggregation off; {both}", agg, pair)
-    if policy == "On" or agg is None:
+    if policy == DISAGGREGATED or agg is None:
         return Choice(DISAGGREGATED, f"disaggregation asked for; {both}", agg, pair)
     if not (slo.ttft_s or slo.itl_s):
         return Choice(AGGREGATED, "no TTFT or ITL target declared, and disaggregation does not raise "

@@ -42,7 +42,7 @@ AUTO_CONNECTOR = KVConnector.NixlConnector
 
 
 def enabled(spec: InferenceDeploymentSpec) -> bool:
-    return spec.disaggregation is not None and spec.disaggregation.mode.value == "On"
+    return spec.disaggregation is not None and spec.disaggregation.mode.value == "Disaggregated"
 
 
 def connector_name(d: DisaggregationSpec) -> str:

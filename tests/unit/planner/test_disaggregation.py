@@ -75,7 +75,7 @@ def test_long_prompts_pair_moves_itl_down_and_ttft_up_as_published() -> None:
 def test_throughput_alone_costs_less_aggregated() -> None:
     """vLLM: "Disaggregated prefill DOES NOT improve throughput": with no latency target the best
     aggregated layout serves the same load at no higher cost per token than the best pair."""
-    choice = _choose(_case("vllm-throughput-only"), policy="On")
+    choice = _choose(_case("vllm-throughput-only"), policy=dg.DISAGGREGATED)
     assert choice.aggregated is not None and choice.pair is not None
     assert choice.aggregated.outcome.per_million_usd <= choice.pair.outcome.per_million_usd, choice.reason
 
@@ -90,5 +90,5 @@ def test_handoff_is_costed_on_the_link_it_crosses() -> None:
 
 
 def test_policy_off_never_disaggregates() -> None:
-    choice = _choose(_case("llm-d-gpt-oss-120b-itl"), policy="Off")
+    choice = _choose(_case("llm-d-gpt-oss-120b-itl"), policy=dg.AGGREGATED)
     assert choice.mode == dg.AGGREGATED and choice.pair is None

@@ -13,7 +13,7 @@ from render_builders import OWNER, help_flags, plan, spec
 from shardwise.api import v1alpha1
 from shardwise.render import children, disaggregation
 
-EXAMPLE = {"mode": "On", "connector": "ExampleConnector",
+EXAMPLE = {"mode": "Disaggregated", "connector": "ExampleConnector",
            "sharedStorage": {"claimName": "kv", "path": "/kv"},
            "prefill": {"replicas": 2, "tensor": 4, "slo": {"ttftP95": "2s"}},
            "decode": {"replicas": 3, "slo": {"itlP95": "30ms"}}}
@@ -60,7 +60,7 @@ def test_model_service_selects_decode_pods_and_prefill_gets_its_own() -> None:
 
 
 def test_auto_connector_is_nixl_with_both_roles_and_the_pod_ip_side_channel() -> None:
-    objs = _by_kind(children.render(OWNER, spec(disaggregation={"mode": "On"}), plan(), 1))
+    objs = _by_kind(children.render(OWNER, spec(disaggregation={"mode": "Disaggregated"}), plan(), 1))
     for role in ("prefill", "decode"):
         container = objs[("Deployment", f"llama-{role}")]["spec"]["template"]["spec"]["containers"][0]
         assert json.loads(_flag(container["args"], "--kv-transfer-config")) == {
@@ -70,21 +70,21 @@ def test_auto_connector_is_nixl_with_both_roles_and_the_pod_ip_side_channel() ->
 
 
 def test_mode_off_renders_the_aggregated_deployment() -> None:
-    objs = _by_kind(children.render(OWNER, spec(disaggregation={"mode": "Off"}), plan(), 2))
+    objs = _by_kind(children.render(OWNER, spec(disaggregation={"mode": "Aggregated"}), plan(), 2))
     assert objs[("Deployment", "llama")]["spec"]["replicas"] == 2
     assert "--kv-transfer-config" not in objs[("Deployment", "llama")]["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    ({"disaggregation": {"mode": "On", "connector": "OffloadingConnector"}},
+    ({"disaggregation": {"mode": "Disaggregated", "connector": "OffloadingConnector"}},
      v1alpha1.DISAGGREGATION_OFFLOADING_MESSAGE),
-    ({"disaggregation": {"mode": "On", "connector": "ExampleConnector"}}, v1alpha1.DISAGGREGATION_STORAGE_MESSAGE),
-    ({"disaggregation": {"mode": "On", "decode": {"replicas": 0}}}, v1alpha1.DISAGGREGATION_DECODE_MESSAGE),
-    ({"disaggregation": {"mode": "On"}, "autoscaling": {"maxReplicas": 2, "slo": {"itlP95": "50ms"}}},
+    ({"disaggregation": {"mode": "Disaggregated", "connector": "ExampleConnector"}}, v1alpha1.DISAGGREGATION_STORAGE_MESSAGE),
+    ({"disaggregation": {"mode": "Disaggregated", "decode": {"replicas": 0}}}, v1alpha1.DISAGGREGATION_DECODE_MESSAGE),
+    ({"disaggregation": {"mode": "Disaggregated"}, "autoscaling": {"maxReplicas": 2, "slo": {"itlP95": "50ms"}}},
      v1alpha1.DISAGGREGATION_AUTOSCALING_MESSAGE),
     ({"disaggregation": EXAMPLE, "adapters": [{"name": "a", "source": {"repo": "o/a"}}]},
      v1alpha1.DISAGGREGATION_ADAPTERS_MESSAGE),
-    ({"disaggregation": {"mode": "On"},
+    ({"disaggregation": {"mode": "Disaggregated"},
       "serving": {"extraArgs": ["--kv_transfer_config", '{"kv_connector":"NixlConnector"}']}},
      v1alpha1.DISAGGREGATION_EXTRA_ARGS_MESSAGE),
 ])
@@ -92,7 +92,7 @@ def test_admission_refuses_what_the_engine_cannot_run(overrides: dict[str, Any],
     with pytest.raises(ValidationError) as error:
         spec(**overrides)
     assert message in str(error.value)
-    off = {**overrides, "disaggregation": {**overrides["disaggregation"], "mode": "Off"}}
+    off = {**overrides, "disaggregation": {**overrides["disaggregation"], "mode": "Aggregated"}}
     spec(**off)  # the same fields are fine while disaggregation is off
 
 
