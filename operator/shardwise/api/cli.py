@@ -14,6 +14,9 @@ CHART_COPY = pathlib.Path("charts/shardwise/files/inferencedeployments.shardwise
 # The gateway's APIKey CRD, written beside it (and into the chart) whenever the default is.
 APIKEY_PATH = pathlib.Path("crds/apikeys.shardwise.io.yaml")
 APIKEY_CHART_COPY = pathlib.Path("charts/shardwise/files/apikeys.shardwise.io.yaml")
+# The gateway's Provider CRD (hosted APIs behind the gateway), likewise.
+PROVIDER_PATH = pathlib.Path("crds/providers.shardwise.io.yaml")
+PROVIDER_CHART_COPY = pathlib.Path("charts/shardwise/files/providers.shardwise.io.yaml")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +34,9 @@ def _run(args: argparse.Namespace) -> int:
     targets = [(args.output, text)]
     if args.output == DEFAULT_PATH:
         apikey = crd.render_apikey_crd_yaml()
-        targets += [(CHART_COPY, text), (APIKEY_PATH, apikey), (APIKEY_CHART_COPY, apikey)]
+        provider = crd.render_provider_crd_yaml()
+        targets += [(CHART_COPY, text), (APIKEY_PATH, apikey), (APIKEY_CHART_COPY, apikey),
+                    (PROVIDER_PATH, provider), (PROVIDER_CHART_COPY, provider)]
     if args.check:
         stale = [str(t) for t, want in targets if not t.exists() or t.read_text() != want]
         if stale:
