@@ -103,3 +103,14 @@ def test_cel_rules_carry_the_same_sentences() -> None:
                     v1alpha1.DISAGGREGATION_DECODE_MESSAGE, v1alpha1.DISAGGREGATION_AUTOSCALING_MESSAGE,
                     v1alpha1.DISAGGREGATION_ADAPTERS_MESSAGE, v1alpha1.DISAGGREGATION_EXTRA_ARGS_MESSAGE):
         assert json.dumps(message)[1:-1] in text
+
+
+def test_each_role_prefers_a_node_running_the_other() -> None:
+    objs = _by_kind(children.render(OWNER, spec(disaggregation=EXAMPLE), plan(), 1))
+    for role, other in (("prefill", "decode"), ("decode", "prefill")):
+        pod = objs[("Deployment", f"llama-{role}")]["spec"]["template"]["spec"]
+        (term,) = pod["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+        wanted = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        other_labels = objs[("Deployment", f"llama-{other}")]["spec"]["template"]["metadata"]["labels"]
+        assert wanted.items() <= other_labels.items() and wanted[disaggregation.ROLE_LABEL] == other
