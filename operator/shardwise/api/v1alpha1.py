@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from shardwise.api import checks, extra_args, images, model_ids
+from shardwise.api import checks, engines, extra_args, images, model_ids
 from shardwise.api import workload as workload_fit
 from shardwise.api.names import MAX_REPLICAS
 
@@ -214,6 +214,26 @@ def _extra_args_list(items: list[str]) -> list[str]:
     return items
 
 
+def _engine_arg(args: engines.EngineArgs) -> Any:
+    """One argument of another engine's command line (shardwise.api.engines): CEL on each item."""
+    return Annotated[str, StringConstraints(min_length=1, max_length=1024),
+                     AfterValidator(checks.validator(args.item_checks)),
+                     Field(json_schema_extra={"x-kubernetes-validations": checks.cel_rules(args.item_checks)})]
+
+
+def _engine_args_list(args: engines.EngineArgs) -> Any:
+    def check(items: list[str]) -> list[str]:
+        problem = args.list_problem(items)
+        if problem is not None:
+            raise ValueError(problem)
+        return items
+    return AfterValidator(check)
+
+
+SGLangArg = _engine_arg(engines.SGLANG)
+TRTLLMArg = _engine_arg(engines.TRTLLM)
+
+
 class ServingSpec(_Model):
     maxModelLen: int = Field(
         8192, ge=1, le=10_485_760, description="Longest context (prompt + output tokens) one request may use."
@@ -238,6 +258,21 @@ class ServingSpec(_Model):
         "the plan (model, dtype, quantization, host, port, parallel sizes, data parallelism, multi-node "
         "flags, context length, memory fraction, served name, max sequences, LoRA) may not appear here in any "
         "spelling.",
+    )
+    sglangExtraArgs: Annotated[list[SGLangArg], _engine_args_list(engines.SGLANG)] = Field(  # type: ignore[valid-type]
+        default_factory=list,
+        max_length=128,
+        description="Extra `python -m sglang.launch_server` arguments of SGLang 0.5.23 (spec.engine sglang), one "
+        "list item per token (no shell). Flags shardwise sets (model, host, port, served name, parallel sizes, "
+        "multi-node flags, memory fraction, context length, running requests, dtype, quantization, metrics, LoRA "
+        "and disaggregation flags) may not appear here in any spelling.",
+    )
+    trtllmExtraArgs: Annotated[list[TRTLLMArg], _engine_args_list(engines.TRTLLM)] = Field(  # type: ignore[valid-type]
+        default_factory=list,
+        max_length=128,
+        description="Extra `trtllm-serve` arguments of TensorRT-LLM (spec.engine trtllm), one list item per token "
+        "(no shell), spelled as its click options are (`--flag_name`). Flags shardwise sets (host, port, parallel "
+        "sizes, batch and token limits, KV memory fraction, the LLM API options file, backend) may not appear here.",
     )
     modelLoadMiBps: int | None = Field(
         None,
@@ -711,8 +746,32 @@ def _kv_flag(item: str) -> bool:
     return flag.startswith("--kv-transfer-config") or flag == "--kv-transfer"
 
 
+# `self.engine` is defaulted by the API server, but a CEL rule may run on an object written before
+# the field existed: has() keeps those vLLM.
+_OTHER_ENGINE = "(has(self.engine) && self.engine != 'vllm')"
+_ENGINE_RULES = [
+    {"rule": f"!{_OTHER_ENGINE} || ((!has(self.adapters) || size(self.adapters) == 0) && !has(self.lora))",
+     "message": engines.LORA_MESSAGE, "fieldPath": ".engine"},
+    {"rule": f"!{_OTHER_ENGINE} || !has(self.disaggregation) || self.disaggregation.mode != 'Disaggregated'",
+     "message": engines.DISAGGREGATION_MESSAGE, "fieldPath": ".engine"},
+    {"rule": f"!{_OTHER_ENGINE} || !has(self.serving.extraArgs) || size(self.serving.extraArgs) == 0",
+     "message": engines.EXTRA_ARGS_MESSAGE, "fieldPath": ".serving.extraArgs"},
+    {"rule": "(has(self.engine) && self.engine == 'sglang') || !has(self.serving.sglangExtraArgs) || "
+             "size(self.serving.sglangExtraArgs) == 0",
+     "message": engines.SGLANG_ARGS_MESSAGE, "fieldPath": ".serving.sglangExtraArgs"},
+    {"rule": "(has(self.engine) && self.engine == 'trtllm') || !has(self.serving.trtllmExtraArgs) || "
+             "size(self.serving.trtllmExtraArgs) == 0",
+     "message": engines.TRTLLM_ARGS_MESSAGE, "fieldPath": ".serving.trtllmExtraArgs"},
+]
+
+
 class InferenceDeploymentSpec(_Model):
     model: ModelSpec = Field(..., description="The model to serve.")
+    engine: engines.Engine = Field(
+        engines.Engine.vllm, description="The serving engine: vllm (vLLM 0.32, the default), sglang (SGLang 0.5.23) "
+        "or trtllm (TensorRT-LLM `trtllm-serve`, release 1.0). With serving.image left at its default, the "
+        "operator's image for the engine is used (docs/engines.md).",
+    )
     serving: ServingSpec = Field(default_factory=ServingSpec, description="vLLM serving settings.", **_EMPTY)
     parallelism: ParallelismSpec = Field(
         default_factory=ParallelismSpec, description="How the planner chooses tensor/pipeline parallelism.", **_EMPTY
@@ -772,6 +831,13 @@ class InferenceDeploymentSpec(_Model):
         return self
 
     @model_validator(mode="after")
+    def _engine_can_serve(self) -> InferenceDeploymentSpec:  # the engine CEL rules, for files read offline
+        for problem, present in _engine_refusals(self):
+            if present:
+                raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
     def _workload_fits(self) -> InferenceDeploymentSpec:  # workload_fit.CEL_RULE, for files read offline
         declared = self.workload.model_fields_set & {"promptTokens", "outputTokens"}
         problem = workload_fit.context_problem(self.workload.promptTokens, self.workload.outputTokens,
@@ -807,7 +873,22 @@ class InferenceDeploymentSpec(_Model):
     }, {
         "rule": "!(has(self.disaggregation) && self.disaggregation.mode == 'Disaggregated') || !has(self.serving.extraArgs) || !self.serving.extraArgs.exists(a, " + _KV_FLAG_CEL + ")",
         "message": DISAGGREGATION_EXTRA_ARGS_MESSAGE, "fieldPath": ".serving.extraArgs",
-    }, workload_fit.CEL_RULE]})
+    }, *_ENGINE_RULES, workload_fit.CEL_RULE]})
+
+
+def _engine_refusals(spec: InferenceDeploymentSpec) -> list[tuple[str, bool]]:
+    """What spec.engine cannot do in this version (engines.*_MESSAGE), each with whether `spec` asks it."""
+    other = spec.engine is not engines.Engine.vllm
+    disaggregated = spec.disaggregation is not None and spec.disaggregation.mode is DisaggregationMode.Disaggregated
+    return [
+        (engines.LORA_MESSAGE, other and (bool(spec.adapters) or spec.lora is not None)),
+        (engines.DISAGGREGATION_MESSAGE, other and disaggregated),
+        (engines.EXTRA_ARGS_MESSAGE, other and bool(spec.serving.extraArgs)),
+        (engines.SGLANG_ARGS_MESSAGE, spec.engine is not engines.Engine.sglang and bool(spec.serving.sglangExtraArgs)),
+        (engines.TRTLLM_ARGS_MESSAGE, spec.engine is not engines.Engine.trtllm and bool(spec.serving.trtllmExtraArgs)),
+    ]
+
+
 
 
 class Condition(_Model):
