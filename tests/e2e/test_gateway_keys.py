@@ -244,6 +244,51 @@ def test_key_created_then_revoked_a_stream_in_flight_finishes(front: Setup) -> N
     print(f"key usable {created_s:.2f} s after its APIKey was applied, refused {revoked_s:.2f} s after delete")
 
 
+def test_through_the_picker_every_response_names_its_engine_as_the_access_log_does(front: Setup) -> None:
+    token = front.key("engine-named", models=[METERED], requestsPerMinute=1000)  # limited: the picker's path
+    pod = front.kubectl.get("pods", selector=f"shardwise.io/inference-deployment={METERED}")["items"][0]
+    engine, door = f"{pod['status']['podIP']}:8000", front.a
+    series = f'shardwise_gateway_served_requests_total{{endpoint="{engine}",model="{METERED}"}}'
+    eventually(lambda: _post(door, token, METERED).status_code == 200, timeout=30, what="the key works")
+    before = _metric(door, series)
+    answer = _post(door, token, METERED, max_tokens=2, path="chat/completions")
+    assert answer.status_code == 200 and answer.headers["x-gateway-destination-endpoint-served"] == engine
+    with httpx.stream("POST", f"{door.base_url}/completions", headers={"authorization": f"Bearer {token}"},
+                      json={"model": METERED, "prompt": "x", "max_tokens": 3, "stream": True}, timeout=30) as stream:
+        assert stream.status_code == 200 and stream.headers["x-gateway-destination-endpoint-served"] == engine
+        stream.read()
+    eventually(lambda: _metric(door, series) - before == 2, timeout=10, what=f"the access log naming {engine}")
+    refused = _post(door, "sk-not-a-key", METERED)
+    assert refused.status_code == 401 and "x-gateway-destination-endpoint-served" not in refused.headers
+
+
+def _ready(front: Setup, name: str) -> dict[str, Any]:
+    return next((c for c in _status(front, name).get("conditions", []) if c["type"] == "Ready"), {})
+
+
+def test_a_key_left_in_the_last_applied_annotation_works_and_its_status_says_how_to_fix_it(front: Setup) -> None:
+    token = front.key("applied", models=[METERED])  # client-side `kubectl apply` of stringData: the copy
+    secret = front.kubectl.get("secret", "applied-key")
+    assert token in secret["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+    eventually(lambda: _post(front.a, token, METERED).status_code == 200, timeout=30, what="applied key works")
+    warned = eventually(lambda: (ready := _ready(front, "applied")).get("reason") == "KeyInLastApplied" and ready,
+                        timeout=30, what="Ready warns of the annotation")
+    assert warned["status"] == "True" and "kubectl annotate secret applied-key" in warned["message"]
+    assert "rotate" in warned["message"] and token not in json.dumps(_status(front, "applied"))
+    front.kubectl.run("annotate", "secret", "applied-key", "kubectl.kubernetes.io/last-applied-configuration-")
+    eventually(lambda: _ready(front, "applied").get("reason") == "KeyActive", timeout=30, what="warning cleared")
+    assert _post(front.b, token, METERED).status_code == 200
+
+    created = f"sk-{uuid.uuid4().hex}"  # as docs/gateway.md says: no annotation, no warning
+    front.kubectl.run("create", "secret", "generic", "created-key", f"--from-literal=key={created}")
+    front.kubectl.run("label", "secret", "created-key", "shardwise.io/api-key=true")
+    front.kubectl.run("create", "-f", "-", input=json.dumps({
+        "apiVersion": "shardwise.io/v1alpha1", "kind": "APIKey", "metadata": {"name": "created"},
+        "spec": {"secretName": "created-key", "models": [METERED]}}))
+    eventually(lambda: _post(front.a, created, METERED).status_code == 200, timeout=30, what="created key works")
+    eventually(lambda: _ready(front, "created").get("reason") == "KeyActive", timeout=30, what="created key Ready")
+
+
 def _engine_tokens(front: Setup, model: str) -> int:
     pods = front.kubectl.get("pods", selector=f"shardwise.io/inference-deployment={model}")["items"]
     total = 0.0
