@@ -18,6 +18,8 @@ service, or a launcher and the server it forks, all count), `stop()` ends them.
   the quota admission (one Redis round trip) and the charge after the response. Redis's CPU is
   billed to it too. `redis_commands(requests)` then counts, on a separate short run with Redis's
   MONITOR on, the commands the gateway sends per request.
+- shardwise+keys-nolimit: the same with an APIKey that sets no limit, which Envoy admits itself
+  (issue 41's keyed fast path); Redis sees only the charge after each response.
 
 A contender that cannot be had raises `Unavailable` from `start()` with the reason to print.
 """
@@ -414,6 +416,7 @@ class ShardwiseKeys(Shardwise):
     """
 
     name, role = "shardwise+keys", "keys"
+    LIMITS = True
 
     def __init__(self, envoy_concurrency: int) -> None:
         super().__init__(envoy_concurrency)
@@ -436,7 +439,7 @@ class ShardwiseKeys(Shardwise):
         assert self.cluster is not None
         self.cluster.install_crd(ROOT / "crds/apikeys.shardwise.io.yaml")
         self.cluster.kubectl("create", "-f", "-", input=yaml.safe_dump_all(
-            key_objects(self.NAMESPACE, self.api_key or "")))
+            key_objects(self.NAMESPACE, self.api_key or "", self.LIMITS)))
 
     def after_run(self, run_load: Callable[[int], object]) -> dict[str, float]:
         return {"redis_commands_per_request": self.redis_commands(run_load, REDIS_COUNT_REQUESTS)}
@@ -473,16 +476,26 @@ class ShardwiseKeys(Shardwise):
             self.redis = None
 
 
-def key_objects(namespace: str, token: str) -> list[dict[str, object]]:
-    """A Secret holding `token` and an APIKey for MODEL with every limit set, none reached."""
+class ShardwiseKeysFast(ShardwiseKeys):
+    """The same with a key that has no limits: Envoy authenticates it itself (the keyed fast
+    path, keys_lua.py) and only the charge after each response reaches the service and Redis."""
+
+    name, role = "shardwise+keys-nolimit", "keys-fast"
+    LIMITS = False
+
+
+def key_objects(namespace: str, token: str, limits: bool = True) -> list[dict[str, object]]:
+    """A Secret holding `token` and an APIKey for MODEL with every limit set, none reached (or none
+    set: `limits` False)."""
     secret = {"apiVersion": "v1", "kind": "Secret",
               "metadata": {"name": "bench-key", "namespace": namespace,
                            "labels": {"shardwise.io/api-key": "true"}},
               "stringData": {"key": token}}
     apikey = {"apiVersion": "shardwise.io/v1alpha1", "kind": "APIKey",
               "metadata": {"name": "bench", "namespace": namespace},
-              "spec": {"secretName": "bench-key", "models": [MODEL], "requestsPerMinute": 10_000_000,
-                       "tokensPerMinute": 10_000_000_000, "maxConcurrentRequests": 100_000}}
+              "spec": {"secretName": "bench-key", "models": [MODEL],
+                       **({"requestsPerMinute": 10_000_000, "tokensPerMinute": 10_000_000_000,
+                           "maxConcurrentRequests": 100_000} if limits else {})}}
     return [secret, apikey]
 
 
@@ -528,6 +541,7 @@ def all_contenders(*, envoy_concurrency: int, litellm: bool, litellm_install_tim
     contenders.append(Shardwise(envoy_concurrency))
     contenders.append(ShardwisePicker(envoy_concurrency))
     contenders.append(ShardwiseKeys(envoy_concurrency))
+    contenders.append(ShardwiseKeysFast(envoy_concurrency))
     return contenders
 
 
