@@ -87,6 +87,8 @@ def _printer_columns() -> list[dict[str, Any]]:
         col("Download", "string", ".status.modelCache.summary", "Model cache download progress.", 1),
         col("Rollout", "string", ".status.rollout.strategy", "Current or last rollout strategy.", 1),
         col("Rollout-State", "string", ".status.rollout.state", "Current or last rollout state.", 1),
+        col("Roles", "string", ".status.roleSummary",
+            "Disaggregated: each role's ready/desired replicas and layout.", 1),
     ]
 
 

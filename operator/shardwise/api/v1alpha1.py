@@ -934,3 +934,8 @@ class InferenceDeploymentStatus(_Model):
         None, description="The current or last rollout: strategy and why (free GPUs versus needed), progress, "
         "the pod or group loading, and what would unblock it."
     )
+    roles: dict[str, Any] | None = Field(
+        None, description="spec.disaggregation: per role (prefill, decode) its workload, layout (TP), replicas, "
+        "ready and desired replicas; the top-level counts are their sums.")
+    roleSummary: str | None = Field(
+        None, description="The roles in one line (prefill 2/2 TP1, decode 1/1 TP4) for kubectl get -o wide.")

@@ -6,6 +6,7 @@ condition's lastTransitionTime when that condition flips, so an idle reconcile w
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from shardwise import conditions
@@ -148,15 +149,63 @@ def _failed(failure: Failure, counts: str = "") -> list[Condition]:
             Condition("Degraded", True, failure.reason, message)]
 
 
+@dataclasses.dataclass(frozen=True)
+class Role:
+    """One role of a disaggregated deployment (prefill, decode): its workload as it will be after
+    the writes, its own pods, the replicas it should run and the layout it was rendered with."""
+
+    name: str
+    workload: dict[str, Any] | None
+    pods: list[dict[str, Any]]
+    desired: int
+    tensor: int
+    gpus_per_replica: int
+
+
+def role_status(role: Role) -> dict[str, Any]:
+    replicas, ready, _, _ = _counts(role.workload, role.pods, role.desired)
+    return {"workload": (role.workload or {}).get("metadata", {}).get("name"), "layout": f"TP{role.tensor}",
+            "tensorParallel": role.tensor, "gpusPerReplica": role.gpus_per_replica,
+            "replicas": replicas, "readyReplicas": ready, "desiredReplicas": role.desired}
+
+
+def role_summary(entries: dict[str, dict[str, Any]]) -> str:
+    """One line for `kubectl get -o wide`: 'prefill 2/2 TP1, decode 1/1 TP4'."""
+    return ", ".join(f"{name} {e['readyReplicas']}/{e['desiredReplicas']} {e['layout']}" for name, e in entries.items())
+
+
+def _roles_serving(roles: tuple[Role, ...]) -> tuple[bool, str, Failure | None, Failure | None]:
+    """(every role serving, the counts in words, a failure, why a pod waits) over all roles."""
+    counted = [(r, _counts(r.workload, r.pods, r.desired)) for r in roles]
+    ready = all(r.workload is not None and _serving(c, r.desired) for r, c in counted)
+    words = ", ".join(f"{r.name} {c[1]}/{r.desired}" for r, c in counted) + " replicas ready"
+    if ready:
+        return ready, words, None, None
+    failure = next(((r.name, f) for r in roles for f in [workload_failure(r.workload) or pod_failure(r.pods)]
+                    if f is not None), None)
+    named = Failure(failure[1].reason, f"{failure[0]}: {failure[1].message}") if failure else None
+    waiting = next((w for r in roles for w in [unschedulable(r.pods)] if w is not None), None)
+    return ready, words, named, waiting
+
+
 def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: dict[str, Any] | None,
                  pods: list[dict[str, Any]], status: dict[str, Any], *, owner: children.Owner,
                  generation: int | None, now: str, apply_failure: Failure | None = None,
-                 rollout: rollout_progress.View | None = None) -> dict[str, Any]:
+                 rollout: rollout_progress.View | None = None,
+                 roles: tuple[Role, ...] | None = None) -> dict[str, Any]:
     """`apply_failure`: what the API server (or an object we do not own) refused when applying the children.
     `rollout`, while one is tracked, adds status.rollout, and while it is active its words replace the
-    generic Progressing/Degraded ones."""
-    desired = desired_replicas(spec, status)
-    seen = _counts(workload, pods, desired)
+    generic Progressing/Degraded ones. `roles` (a disaggregated deployment) replaces `workload` and
+    `pods`: Ready when every role serves its replicas, the counts summed over the roles and each
+    role's own under status.roles."""
+    if roles is None:
+        desired = desired_replicas(spec, status)
+        seen = _counts(workload, pods, desired)
+    else:
+        desired = sum(r.desired for r in roles)
+        per_role = [_counts(r.workload, r.pods, r.desired) for r in roles]
+        seen = (sum(c[0] for c in per_role), sum(c[1] for c in per_role), sum(c[2] for c in per_role),
+                all(c[3] for c in per_role))
     replicas, ready = seen[0], seen[1]
     updates: list[Condition] = []
 
@@ -180,10 +229,13 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
                     Condition("Progressing", False, "ScaledToZero", "0 replicas requested"),
                     Condition("Degraded", False, "AsExpected", "")]
     else:
-        counts = f"{ready}/{desired} replicas ready"
-        is_ready = workload is not None and _serving(seen, desired)
-        failure = None if is_ready else (workload_failure(workload) or pod_failure(pods))
-        waiting = None if is_ready else unschedulable(pods)
+        if roles is None:
+            counts = f"{ready}/{desired} replicas ready"
+            is_ready = workload is not None and _serving(seen, desired)
+            failure = None if is_ready else (workload_failure(workload) or pod_failure(pods))
+            waiting = None if is_ready else unschedulable(pods)
+        else:
+            is_ready, counts, failure, waiting = _roles_serving(roles)
         if failure is not None:
             phase = "Degraded"
             updates += _failed(failure, counts)
@@ -215,4 +267,7 @@ def build_status(spec: InferenceDeploymentSpec, plan: dict[str, Any], workload: 
         "endpoint": children.endpoint(owner),
         "plan": plan,
         "rollout": rollout.status if rollout is not None and plan.get("feasible") else None,
+        # None, not absent, when aggregated: the status patch only removes what the update names.
+        "roles": {r.name: role_status(r) for r in roles} if roles is not None else None,
+        "roleSummary": role_summary({r.name: role_status(r) for r in roles}) if roles is not None else None,
     }

@@ -49,9 +49,6 @@ from shardwise.render import modelcache as mc
 
 ChildKey = tuple[str, str, str]  # (apiVersion, kind, name)
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
-DISAGGREGATION_NOT_SERVED = (
-    "spec.disaggregation mode Disaggregated is not served by this operator yet: nothing is created "
-    "(docs/disaggregation.md, Limits); set mode Aggregated to serve both phases on one pool")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,8 +121,17 @@ def child_keys(name: str) -> list[ChildKey]:
             *routing.candidates(name)]
 
 
+def role_keys(name: str) -> list[ChildKey]:
+    """A disaggregated deployment's own children: each role's Deployment and the prefill Service
+    (the model's Service keeps its name and selects the decode pods)."""
+    return [*(("apps/v1", "Deployment", disaggregation.role_name(name, role)) for role in disaggregation.ROLES),
+            ("v1", "Service", disaggregation.role_name(name, disaggregation.PREFILL))]
+
+
 def workload_keys(name: str) -> list[ChildKey]:
-    return [key for key in child_keys(name) if key[1] in WORKLOAD_KINDS]
+    """Every workload a deployment may own, aggregated or per role: the one serving stays, the
+    others go once it serves (a re-plan across kinds, a switch into or out of disaggregation)."""
+    return [key for key in child_keys(name) + role_keys(name) if key[1] in WORKLOAD_KINDS]
 
 
 def routing_keys(name: str) -> list[ChildKey]:
@@ -141,6 +147,8 @@ def keys_to_check(name: str, stored_plan: Mapping[str, Any] | None, *, lws_insta
     multi_node = bool(stored_plan and stored_plan.get("feasible") and int(stored_plan.get("nodesPerReplica") or 1) > 1)
     service, deployment, lws, pool, route, bbr_models = child_keys(name)
     keys = ([service, lws] if lws_installed else [service]) if multi_node else [service, deployment]
+    if spec is not None and disaggregation.enabled(spec):
+        keys = [service, *role_keys(name)]
     if spec is not None and routing.pool_enabled(spec) and pool_installed:
         keys += [pool, bbr_models]
         if routing.route_enabled(spec) and route_installed:
@@ -173,11 +181,6 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
     spec = parse_spec(infd)
     if isinstance(spec, str):
         return _with_status(stored, progress.invalid_spec_status(stored, spec, generation=generation, now=now))
-    if disaggregation.enabled(spec):
-        # Rendered and proven on the real engine, but status, rollouts and replacement still know one
-        # workload per deployment: applying two would have the second "replace" the first.
-        return _with_status(stored, progress.invalid_spec_status(
-            stored, DISAGGREGATION_NOT_SERVED, generation=generation, now=now, reason="DisaggregationNotServed"))
     refused = refused or Refused()
     owner = children.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
     if snapshot.cache is not None and spec.adapters:  # ranks the downloads stamped on the claim
@@ -193,6 +196,7 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
     requeue = False
     failure, lws_missing = refused.failure, refused.lws_missing
     workload = rendered_workload = None
+    roles: dict[str, dict[str, Any] | None] = {}  # disaggregated: each role's workload after the writes
     cache: cachestate.CacheView | None = None
     missing_routing = routing_status.missing_apis(spec, pool_installed=snapshot.pool_installed,
                                                   route_installed=snapshot.route_installed)
@@ -234,7 +238,11 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
             wanted = []
         for obj, live in zip(wanted, lives):
             key = key_of(obj)
-            if obj["kind"] in WORKLOAD_KINDS:  # the rollout strategy goes on with the template
+            role = _role_of(obj)
+            if role is not None:  # its own layout and replicas decide the rollout's room
+                obj = rollouts.prepare(snapshot.nodes, snapshot.gpu_pods, spec, _role_plan(spec, plan, role), obj,
+                                       live, _role_replicas(spec, role), namespace=owner.namespace, name=owner.name)
+            elif obj["kind"] in WORKLOAD_KINDS:  # the rollout strategy goes on with the template
                 obj = rendered_workload = rollouts.prepare(snapshot.nodes, snapshot.gpu_pods, spec, plan, obj, live,
                                                            desired, namespace=owner.namespace, name=owner.name)
             if obj["kind"] == leaderworkerset.KIND and not snapshot.lws_installed:
@@ -247,24 +255,41 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
             if (live is None or not contains(live, obj)) and key not in refused.keys:
                 applies.append(Apply(obj, force=live is not None))
                 live = as_applied(live, obj)
-            if obj["kind"] in WORKLOAD_KINDS:
+            if role is not None:
+                roles[role] = live
+            elif obj["kind"] in WORKLOAD_KINDS:
                 workload = live
             elif obj["kind"] in (routing.POOL_KIND, routing.ROUTE_KIND):
                 routed[obj["kind"]] = live
+    disaggregated = disaggregation.enabled(spec)
     if cache is not None and not cache.ready:
         # A new revision's weights are on their way: the running workload stays as it was (and
         # its counts stay on the status) until they are verified.
-        workload = next((w for w in snapshot.owned_workloads.values() if w is not None), None)
+        if disaggregated:
+            roles = {role: snapshot.owned_workloads.get(("apps/v1", "Deployment", disaggregation.role_name(owner.name, role)))
+                     for role in disaggregation.ROLES}
+        else:
+            workload = next((w for w in snapshot.owned_workloads.values() if w is not None), None)
+    elif disaggregated and roles and all(
+            live is not None and progress.workload_ready(live, _role_replicas(spec, role),
+                                                         _role_pods(snapshot.pods, role))
+            for role, live in roles.items()):
+        deletes += _replaced_workloads(snapshot, owner, {key_of(live) for live in roles.values() if live})
     elif workload is not None and progress.workload_ready(workload, desired):
-        deletes += _replaced_workloads(snapshot, owner, workload)
+        deletes += _replaced_workloads(snapshot, owner, {key_of(workload)})
 
-    pods = snapshot.pods if workload is not None else []
+    pods = snapshot.pods if workload is not None or any(roles.values()) else []
+    role_views = tuple(progress.Role(
+        role, roles.get(role), _role_pods(pods, role), _role_replicas(spec, role),
+        int(_role_plan(spec, plan, role).get("tensorParallel") or 1),
+        int(_role_plan(spec, plan, role).get("gpusPerReplica") or 1))
+        for role in disaggregation.ROLES) if disaggregated and plan.get("feasible") else None
     rollout = None
     if workload is not None and rendered_workload is not None:
         rollout = rollouts.observe(snapshot.nodes, snapshot.gpu_pods, spec, plan, rendered_workload, workload, pods,
                                    desired, namespace=owner.namespace, name=owner.name)
     update = progress.build_status(spec, plan, workload, pods, stored, owner=owner, generation=generation, now=now,
-                                   apply_failure=failure, rollout=rollout)
+                                   apply_failure=failure, rollout=rollout, roles=role_views)
     if lws_missing:
         update = missing_api.lws_not_installed_status(update, stored, generation=generation, now=now)
     update = _with_routing(update, snapshot, spec, owner, routed, missing_routing, generation=generation, now=now)
@@ -388,9 +413,36 @@ def _overlay(base: Any, top: Any) -> Any:
     return copy.deepcopy(top)
 
 
-def _replaced_workloads(snapshot: Snapshot, owner: children.Owner, serving: dict[str, Any]) -> list[dict[str, Any]]:
-    """After a re-plan moved the replicas between a Deployment and a LeaderWorkerSet, the old
-    workload goes, but only once the new one serves, and only if this resource controls it."""
-    return [old for (_, kind, _), old in snapshot.owned_workloads.items()
-            if kind != serving["kind"] and old is not None and ownership.is_controlled_by(old, owner)
+def _replaced_workloads(snapshot: Snapshot, owner: children.Owner, serving: set[ChildKey]) -> list[dict[str, Any]]:
+    """After a re-plan moved the replicas between a Deployment and a LeaderWorkerSet, or into or out
+    of disaggregation, the old workloads go, but only once the new ones serve, and only if this
+    resource controls them."""
+    return [old for key, old in snapshot.owned_workloads.items()
+            if key not in serving and old is not None and ownership.is_controlled_by(old, owner)
             and not old["metadata"].get("deletionTimestamp")]
+
+
+def _role_of(obj: Mapping[str, Any]) -> str | None:
+    """The role of a disaggregated deployment's workload; None for anything else."""
+    if obj.get("kind") not in WORKLOAD_KINDS:
+        return None
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(disaggregation.ROLE_LABEL) \
+        or (((obj.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}).get(
+            disaggregation.ROLE_LABEL)
+
+
+def _role_spec(spec: api.InferenceDeploymentSpec, role: str) -> Any:
+    assert spec.disaggregation is not None
+    return spec.disaggregation.prefill if role == disaggregation.PREFILL else spec.disaggregation.decode
+
+
+def _role_replicas(spec: api.InferenceDeploymentSpec, role: str) -> int:
+    return int(_role_spec(spec, role).replicas)
+
+
+def _role_plan(spec: api.InferenceDeploymentSpec, plan: dict[str, Any], role: str) -> dict[str, Any]:
+    return disaggregation.role_plan(plan, _role_spec(spec, role).tensor)
+
+
+def _role_pods(pods: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    return [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(disaggregation.ROLE_LABEL) == role]

@@ -321,13 +321,3 @@ def test_a_model_the_catalog_lacks_is_planned_from_its_config_and_says_where_fro
                                          architecture_failure=("GatedModelNeedsToken", "401 from the hub")))
     assert condition(refused.status or {}, "Planned") == ("False", "GatedModelNeedsToken")
     assert refused.apply == ()
-
-
-def test_disaggregated_mode_creates_nothing_and_says_it_is_not_served_yet() -> None:
-    resource = infd(disaggregation={"mode": "Disaggregated"})
-    decision = decide(snapshot(resource, children={}))
-    assert decision.apply == () and decision.delete == ()
-    assert condition(decision.status or {}, "Ready") == ("False", "DisaggregationNotServed")
-    assert any("DisaggregationNotServed" in str(e) for e in decision.events), decision.events
-    off = decide(snapshot(infd(disaggregation={"mode": "Aggregated"}), children={}))
-    assert "DisaggregationNotServed" not in str(off.status) and off.lookups  # it goes on to create
