@@ -100,6 +100,7 @@ def gather(cluster: Cluster, settings: Settings, namespace: str, name: str,
         owned_workloads=owned, cache=modelcache.gather(cluster, settings, namespace, spec),
         prices=prices, learned=learned, architecture=resolved.architecture,
         architecture_failure=resolved.failure, runtime_image=settings.runtime_image,
+        engine_images=dict(settings.engine_images),
         downloader_image=settings.downloader_image, pool_installed=pool_installed,
         route_installed=route_installed, owned_routing=owned_routing,
         neighbours=tuple(i for i in cluster.list_inference_deployments() if i["metadata"]["namespace"] == namespace)

@@ -23,6 +23,9 @@ class Settings:
     # Image for multi-node pods whose spec keeps the default vLLM image: that image plus
     # shardwise-launch. None leaves spec.serving.image as it is.
     runtime_image: str | None = None
+    # Images of the engines beyond vLLM (spec.engine sglang, trtllm) for specs that keep the default
+    # serving.image: (engine, image) pairs; an engine not named here gets render/engine.py's default.
+    engine_images: tuple[tuple[str, str], ...] = ()
     # Model weight cache (docs in docs/model-cache.md): the mode for specs that name none (the
     # chart sets Cluster; a bare `shardwise run` keeps the pre-cache behaviour, so harnesses and
     # tests that do not care see no cache), the storage class for specs that name none (None: the
@@ -60,6 +63,10 @@ class Settings:
         if env.get("SHARDWISE_RUNTIME_IMAGE"):
             values["runtime_image"] = env["SHARDWISE_RUNTIME_IMAGE"]
             values["downloader_image"] = env["SHARDWISE_RUNTIME_IMAGE"]
+        engine_images = tuple((engine, env[var]) for engine, var in (("sglang", "SHARDWISE_SGLANG_IMAGE"),
+                                                                    ("trtllm", "SHARDWISE_TRTLLM_IMAGE")) if env.get(var))
+        if engine_images:
+            values["engine_images"] = engine_images
         for field, var in (("model_cache_mode", "SHARDWISE_MODEL_CACHE_MODE"),
                            ("model_cache_storage_class", "SHARDWISE_MODEL_CACHE_STORAGE_CLASS"),
                            ("hub_endpoint", "SHARDWISE_HUB_ENDPOINT"),

@@ -43,7 +43,7 @@ from shardwise.kube.compare import contains, merge_patch
 from shardwise.planner import plans
 from shardwise.planner.models import ModelArch
 from shardwise.api import names
-from shardwise.render import children, disaggregation, leaderworkerset, routing
+from shardwise.render import children, disaggregation, engine, leaderworkerset, routing
 from shardwise.render.labels import WAKE_ANNOTATION
 from shardwise.render import modelcache as mc
 
@@ -72,6 +72,7 @@ class Snapshot:
     architecture: ModelArch | None = None
     architecture_failure: tuple[str, str] | None = None
     runtime_image: str | None = None
+    engine_images: Mapping[str, str] = dataclasses.field(default_factory=dict)  # by engine name
     downloader_image: str = ""
     # spec.routing: are the InferencePool and HTTPRoute APIs served, and the routing children
     # carrying our label (the cache's), to delete when spec.routing stops asking for them.
@@ -188,6 +189,10 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
             s, snapshot.cache.ref, cache_ready=False, claim=snapshot.cache.claim, job=None, job_pods=[])
             for s in adaptercache.sources(spec)})
     plan = _plan(snapshot, spec)
+    cannot = engine.plan_problem(spec, plan)
+    if cannot is not None:  # never a half-rendered group: say so before creating anything
+        return _with_status(stored, progress.invalid_spec_status(
+            stored, cannot, generation=generation, now=now, reason="EngineCannotServe"))
     desired = progress.desired_replicas(spec, stored)
 
     applies: list[Apply] = []
@@ -225,7 +230,8 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
         annotate += adapter_cache.records
     if cache is not None and cache.ready:
         wanted = children.render(owner, spec, plan, desired, runtime_image=snapshot.runtime_image,
-                                 cache=cache_ref, expected_start_s=expected_start_s)
+                                 cache=cache_ref, expected_start_s=expected_start_s,
+                                 engine_images=snapshot.engine_images)
         wanted += routing_status.installable(routing.render(owner, spec, plan), missing_routing)
         unseen = tuple(key_of(obj) for obj in wanted if key_of(obj) not in snapshot.children
                        and (obj["kind"] != leaderworkerset.KIND or snapshot.lws_installed))

@@ -8,14 +8,20 @@ the weights need to load before liveness takes over.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from shardwise.api import names
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
-from shardwise.render import disaggregation, labels, leaderworkerset, modelcache
+from shardwise.render import disaggregation, engine, labels, leaderworkerset, modelcache, trtllm_args
 # Owner and the pod builders live in `pod`; they stay importable from here, where render() takes them.
 from shardwise.render.pod import Owner, build_pod_spec, object_metadata, pod_annotations
 from shardwise.render.vllm_args import VLLM_PORT, build_serve_args
+
+def _pod(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any]) -> dict[str, Any]:
+    command, args = engine.command_and_args(spec, plan, owner.name)
+    return build_pod_spec(owner, spec, plan, command=command, args=args)
+
 
 def build_deployment(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],
                      replicas: int) -> dict[str, Any]:
@@ -32,8 +38,7 @@ def build_deployment(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 "metadata": {"labels": labels.common_labels(owner.name), "annotations": pod_annotations(spec, plan)},
-                "spec": build_pod_spec(owner, spec, plan, command=["vllm", "serve"],
-                                       args=build_serve_args(spec, plan, owner.name)),
+                "spec": _pod(owner, spec, plan),
             },
         },
     }
@@ -54,12 +59,15 @@ def build_service(owner: Owner, selector: dict[str, str]) -> dict[str, Any]:
 
 def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any], replicas: int, *,
            runtime_image: str | None = None, cache: modelcache.CacheRef | None = None,
-           expected_start_s: float | None = None) -> list[dict[str, Any]]:
+           expected_start_s: float | None = None,
+           engine_images: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Every child the InferenceDeployment should have, in apply order.
 
     `runtime_image` (the operator's setting) replaces the default vLLM image in multi-node pods,
     which need shardwise-launch; single-node pods run `vllm serve` and keep the spec's image.
     `cache` mounts the model cache into the serving pods; `expected_start_s` sizes the startup probe.
+    `engine_images` (the operator's settings, by engine name) replace the default image for SGLang
+    and TensorRT-LLM pods (render/engine.py).
     """
     if disaggregation.enabled(spec):
         # Each role's own replicas: spec.disaggregation's, not the aggregated count.
@@ -74,6 +82,8 @@ def render(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any], re
             build_deployment(owner, spec, plan, replicas),
             build_service(owner, labels.selector_labels(owner.name)),
         ]
+    out = engine.apply_to_workloads(out, spec, plan, owner.name,
+                                    object_metadata(owner, trtllm_args.options_configmap_name(owner.name)), engine_images)
     return [with_progress_deadline(o) for o in modelcache.apply_to_workloads(out, cache, expected_start_s)]
 
 

@@ -32,7 +32,8 @@ from typing import Any
 
 from shardwise.api import names
 from shardwise.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeploymentSpec
-from shardwise.render import labels
+from shardwise.api.engines import Engine
+from shardwise.render import engine, labels
 from shardwise.render.pod import Owner, build_pod_spec, object_metadata, pod_annotations
 from shardwise.render.vllm_args import build_serve_args
 
@@ -102,9 +103,15 @@ def _keep_group_in_one_clique(pod: dict[str, Any], resource_name: str) -> None:
 
 def _template(owner: Owner, spec: InferenceDeploymentSpec, plan: dict[str, Any],
               role: str, runtime_image: str | None) -> dict[str, Any]:
-    pod = build_pod_spec(owner, spec, plan, command=[LAUNCHER],
-                                  args=build_launch_args(spec, plan, owner.name, role))
-    if runtime_image and spec.serving.image == DEFAULT_IMAGE:
+    if spec.engine is Engine.vllm:
+        pod = build_pod_spec(owner, spec, plan, command=[LAUNCHER],
+                             args=build_launch_args(spec, plan, owner.name, role))
+    else:
+        # SGLang forms its group itself (--nnodes, --node-rank, --dist-init-addr: render/sglang_args.py);
+        # its pods run the engine's own image, set by render/engine.py.
+        command, args = engine.command_and_args(spec, plan, owner.name)
+        pod = build_pod_spec(owner, spec, plan, command=command, args=args)
+    if runtime_image and spec.serving.image == DEFAULT_IMAGE and spec.engine is Engine.vllm:
         # The stock vLLM image has no shardwise-launch; the runtime image is it plus the launcher.
         pod["containers"][0]["image"] = runtime_image
     if role == "worker":
