@@ -1,5 +1,10 @@
 """Parse one vLLM `/metrics` scrape into a compact `Sample` of the series shardwise needs.
 
+SGLang's and TensorRT-LLM's scrapes are read too (spec.engine, issue 40): their series are renamed
+to vLLM's on the way in (SGLANG_NAMES, TRTLLM_NAMES), so everything after this module reads one set
+of names. The engine is told by its names (each has its own prefix), and each engine is held only to
+the series it exposes (REQUIRED).
+
 A vLLM 0.32 scrape is ~630 lines, of which ~110 matter here. The aggregation code only ever
 sees `Sample`: plain numbers keyed by the names vLLM exposes, summed across `engine` labels
 (data-parallel engines in one server are one pod to us).
@@ -36,6 +41,44 @@ RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 GAUGES = (RUNNING, WAITING, KV_CACHE_USAGE)
+
+# SGLang 0.5 (SERVING-SHAPES.md D: sgl-project/sglang@00ae9c1 python/sglang/srt/metrics/collector.py).
+# Its KV gauge `sglang:token_usage` is the used fraction of the token pool, as vLLM's is of blocks;
+# `sglang:num_requests_total` counts finished requests. It has no queue-time histogram of that name.
+SGLANG_NAMES = {
+    "sglang:time_to_first_token_seconds": TTFT,
+    "sglang:inter_token_latency_seconds": ITL,
+    "sglang:e2e_request_latency_seconds": E2E,
+    "sglang:num_requests_total": REQUESTS,
+    "sglang:prompt_tokens_total": PROMPT_TOKENS,
+    "sglang:generation_tokens_total": OUTPUT_TOKENS,
+    "sglang:num_running_reqs": RUNNING,
+    "sglang:num_queue_reqs": WAITING,
+    "sglang:token_usage": KV_CACHE_USAGE,
+}
+# TensorRT-LLM's /prometheus/metrics (SERVING-SHAPES.md E): the five of 1.1.0rc5 (request success,
+# e2e, TTFT, time per output token, queue time), and what NVIDIA/TensorRT-LLM@050f80d
+# tensorrt_llm/metrics/collector.py adds (running, waiting, KV utilisation, token counters).
+TRTLLM_NAMES = {
+    "trtllm_time_to_first_token_seconds": TTFT,
+    "trtllm_time_per_output_token_seconds": ITL,
+    "trtllm_e2e_request_latency_seconds": E2E,
+    "trtllm_request_queue_time_seconds": QUEUE,
+    "trtllm_request_success_total": REQUESTS,
+    "trtllm_prompt_tokens_total": PROMPT_TOKENS,
+    "trtllm_generation_tokens_total": OUTPUT_TOKENS,
+    "trtllm_num_requests_running": RUNNING,
+    "trtllm_num_requests_waiting": WAITING,
+    "trtllm_kv_cache_utilization": KV_CACHE_USAGE,
+}
+ENGINE_NAMES = {"sglang": SGLANG_NAMES, "trtllm": TRTLLM_NAMES}
+# The series a scrape must hold to be read as that engine's (in vLLM's names, after renaming).
+REQUIRED = {
+    "vllm": HISTOGRAMS + COUNTERS + GAUGES,
+    "sglang": (TTFT, ITL, E2E) + COUNTERS + GAUGES,
+    "trtllm": (TTFT, ITL, E2E, QUEUE, REQUESTS),
+}
+ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 
 # Plausible values. A sample outside them (NaN, an infinity, a negative count, a bucket bound of
@@ -87,6 +130,7 @@ class Sample:
     created: Mapping[str, float]
     # Why series were left out as missing (an implausible value), one sentence each.
     ignored: tuple[str, ...] = ()
+    engine: str = "vllm"  # whose names the scrape used (spec.engine's values)
 
 
 def _created_name(name: str) -> str:
@@ -103,8 +147,30 @@ _WANTED = frozenset(
 _CREATED_OF = {_created_name(n): n for n in HISTOGRAMS + COUNTERS}
 
 
+def _renames() -> dict[str, tuple[str, str]]:
+    """Every exposed sample name of another engine -> (its vLLM name, the engine)."""
+    out = {}
+    for engine, names in ENGINE_NAMES.items():
+        for theirs, ours in names.items():
+            out[theirs] = (ours, engine)
+            if ours in HISTOGRAMS:
+                out.update({theirs + s: (ours + s, engine) for s in _HISTOGRAM_SUFFIXES})
+            if ours in HISTOGRAMS + COUNTERS:
+                out[_created_name(theirs)] = (_created_name(ours), engine)
+    return out
+
+
+_RENAMES = _renames()
+
+
 def _wanted_lines(text: str) -> list[str]:
+    return _engine_lines(text)[0]
+
+
+def _engine_lines(text: str) -> tuple[list[str], str]:
+    """The wanted lines, in vLLM's names, and the engine whose names they were in."""
     kept = []
+    engine = "vllm"
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
@@ -115,7 +181,10 @@ def _wanted_lines(text: str) -> list[str]:
                 end = i
         if line[:end] in _WANTED:
             kept.append(line)
-    return kept
+        elif line[:end] in _RENAMES:
+            ours, engine = _RENAMES[line[:end]]
+            kept.append(ours + line[end:])
+    return kept, engine
 
 
 # `name{label="value",...} value`: the one shape vLLM 0.32 gives every series we read. Lines
@@ -164,9 +233,10 @@ def _classify_unusable(text: str) -> MetricsError:
 
 def parse(text: str) -> Sample:
     """Parse one scrape; raise NotPrometheusText or NotVllmMetrics when it cannot be used."""
-    lines = _wanted_lines(text)
+    lines, engine = _engine_lines(text)
     if not lines:
         raise _classify_unusable(text)
+    required = REQUIRED[engine]
     buckets: dict[str, dict[float, float]] = {name: {} for name in HISTOGRAMS}
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
@@ -228,14 +298,16 @@ def parse(text: str) -> Sample:
         # Each engine of a pod (data parallel) has a KV cache of its own: the pod's usage is their
         # mean, a fraction like each of them (requests and queues add up; fractions do not).
         gauges[KV_CACHE_USAGE] /= engines[KV_CACHE_USAGE]
-    missing = [n for n in HISTOGRAMS + COUNTERS + GAUGES if n not in seen]
+    missing = [_their_name(n, engine) for n in required if n not in seen]
     if missing:
-        raise NotVllmMetrics(f"vLLM series missing: {', '.join(missing)}")
+        raise NotVllmMetrics(f"{ENGINE_LABELS[engine]} series missing: {', '.join(missing)}")
     for name in HISTOGRAMS:
-        if name not in has_inf:
-            raise NotVllmMetrics(f"{name} has no +Inf bucket")
+        if name in seen and name not in has_inf:
+            raise NotVllmMetrics(f"{_their_name(name, engine)} has no +Inf bucket")
     histograms = {}
     for name in HISTOGRAMS:
+        if name not in seen:  # a series this engine does not expose (REQUIRED): missing, not broken
+            continue
         if name in bad or name not in counts or math.inf not in buckets[name]:
             bad.setdefault(name, "incomplete")  # a histogram is whole or missing
             continue
@@ -252,7 +324,13 @@ def parse(text: str) -> Sample:
         gauges=gauges,
         created=created,
         ignored=tuple(f"{name} {why}: treated as missing" for name, why in sorted(bad.items())),
+        engine=engine,
     )
+
+
+def _their_name(name: str, engine: str) -> str:
+    """A series' name as `engine` exposes it, for messages."""
+    return next((theirs for theirs, ours in ENGINE_NAMES.get(engine, {}).items() if ours == name), name)
 
 
 def load_gauges(text: str) -> dict[str, float]:
