@@ -40,6 +40,9 @@ DESTINATION_HEADER = "x-gateway-destination-endpoint"
 SERVED_HEADER = "x-gateway-destination-endpoint-served"
 MODEL_HEADER = "x-shardwise-model"  # set by the route filter for the observer (and access logs)
 KEY_HEADER = "x-shardwise-key"  # the caller's key id, set by the route filter when keys are on
+# The provider cluster a hosted model's request goes to (dataplane/providers.py): set by the route
+# filter only, a client's copy is removed by the match filter like the two above.
+PROVIDER_HEADER = "x-shardwise-provider"
 ACCESS_LOG_NAME = "shardwise.observe"
 MODEL_MATCH_HEADER, AFFINITY_HEADER = match_lua.MATCH_HEADER, match_lua.AFFINITY_HEADER
 ROUTE_FILTER = "shardwise.route"  # the ext_proc filter's name: fast routes disable it by this name
@@ -81,6 +84,8 @@ class EnvoySettings:
     observe: bool = True
     observe_flush_s: float = 0.1
     observe_buffer_bytes: int = 64 * 1024
+    # Hosted providers (issue 42): their clusters come over CDS from the service (providers.py).
+    providers: bool = False
 
 
 def _seconds(value: float) -> str:
@@ -124,7 +129,7 @@ def _body_model_filter() -> dict[str, Any]:
 
 def _match_filter() -> dict[str, Any]:
     return {"@type": _LUA, "stat_prefix": "match",
-            "default_source_code": {"inline_string": match_lua.source((MODEL_HEADER, KEY_HEADER))}}
+            "default_source_code": {"inline_string": match_lua.source((MODEL_HEADER, KEY_HEADER, PROVIDER_HEADER))}}
 
 
 def _keys_filter() -> dict[str, Any]:
@@ -246,11 +251,16 @@ def bootstrap(settings: EnvoySettings) -> dict[str, Any]:
             "address": {"socket_address": {"address": settings.extproc_host,
                                            "port_value": settings.extproc_port}}}}]}]},
     }
+    dynamic: dict[str, Any] = {"ads_config": {
+        "api_type": "GRPC", "transport_api_version": "V3", "set_node_on_first_message_only": True,
+        "grpc_services": [{"envoy_grpc": {"cluster_name": "shardwise_gateway"}}]}}
+    if settings.providers:  # a stream of its own, not ADS: the fast path's ADS stream carries routes and endpoints
+        dynamic["cds_config"] = {"resource_api_version": "V3", "initial_fetch_timeout": "0s", "api_config_source": {
+            "api_type": "GRPC", "transport_api_version": "V3",
+            "grpc_services": [{"envoy_grpc": {"cluster_name": "shardwise_gateway"}}]}}
     return {
         "node": {"id": NODE_ID, "cluster": NODE_ID},
-        "dynamic_resources": {"ads_config": {
-            "api_type": "GRPC", "transport_api_version": "V3", "set_node_on_first_message_only": True,
-            "grpc_services": [{"envoy_grpc": {"cluster_name": "shardwise_gateway"}}]}},
+        "dynamic_resources": dynamic,
         "admin": {"address": {"socket_address": {"address": settings.admin_host,
                                                  "port_value": settings.admin_port}}},
         "static_resources": {

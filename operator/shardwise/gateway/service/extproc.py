@@ -23,6 +23,7 @@ import time
 import traceback
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
@@ -79,9 +80,10 @@ def request_id_of(first: pb.ProcessingRequest) -> str:
 
 
 class ExtProc(pb_grpc.ExternalProcessorServicer):
-    def __init__(self, dispatcher: Dispatcher, gatekeeper: Gatekeeper | None = None) -> None:
+    def __init__(self, dispatcher: Dispatcher, gatekeeper: Gatekeeper | None = None, providers: Any = None) -> None:
         self.dispatcher = dispatcher
         self.gatekeeper = gatekeeper  # None: no keys (every caller is served)
+        self.providers = providers  # service/providers.Book, or None: no hosted models
         self.tracebacks = Tracebacks()
 
     async def Process(self, request_iterator: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 - gRPC's name
@@ -147,6 +149,12 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
                 return
             ticket = admitted
         try:
+            hosted = self._hosted(model)
+            if hosted is not None:  # a model only a Provider serves (service/providers.py)
+                async for response in self.providers.serve(hosted, path, body, key.id if key is not None else None,
+                                                           stream):
+                    yield response
+                return
             choice = await self.dispatcher.choose(model, len(raw), picker.prefix_of(body),
                                                   messages.subset_hint(first, message))
             if isinstance(choice, Refusal):
@@ -167,12 +175,20 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
             if ticket is not None and self.gatekeeper is not None:
                 self.gatekeeper.release(ticket)
 
+    def _hosted(self, model: str) -> Any:
+        """The provider's model when no deployment serves the name (a self-hosted name is never shadowed)."""
+        if self.providers is None or self.dispatcher.table.get(model) is not None:
+            return None
+        return self.providers.get(model)
+
     def _answer_headers(self, method: str, path: str, end_of_stream: bool,
                         key: keys.Key | None = None) -> Refusal | None:
         if path in ("/v1/models", "/v1/models/") and method == "GET":
-            return requests.models_list(self.dispatcher.table.models(), key)
+            hosted = self.providers.hosted() if self.providers is not None else []
+            return requests.models_list([*self.dispatcher.table.models(), *hosted], key)
         if path.startswith("/v1/models/") and method == "GET":
-            route = self.dispatcher.table.get(path.removeprefix("/v1/models/"))
+            route = self.dispatcher.table.get(path.removeprefix("/v1/models/")) or \
+                self._hosted(path.removeprefix("/v1/models/"))
             if route is None or (key is not None and not key.allows(route.model)):
                 return openai_errors.model_not_found(path.removeprefix("/v1/models/"))
             body = json.dumps(requests.model_object(route), separators=(",", ":")).encode()

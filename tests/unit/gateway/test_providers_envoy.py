@@ -1,0 +1,237 @@
+"""Hosted providers through a real Envoy: the `openai` client with one base URL and one key reaches
+a self-hosted model (the fast path, plain HTTP) and a hosted-only model (Envoy's own TLS to a local
+HTTPS server with a CA made by this test: the simulated engine standing in for a provider). The
+provider sees its own model id and its own key, never the caller's; the provider's 429 (with its
+Retry-After), 500 and a reset mid-stream reach the client as OpenAI-shaped outcomes; the
+provider key is nowhere in Envoy's log, stats or config dump, the service's log or its metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import pathlib
+import shutil
+import ssl
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import httpx
+import openai
+import prometheus_client
+import pytest
+from aiohttp import web
+from envoy.service.accesslog.v3 import als_pb2_grpc
+from envoy.service.cluster.v3 import cds_pb2_grpc
+from envoy.service.discovery.v3 import ads_pb2_grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from shardwise.gateway.dataplane import fastpath, xds
+from shardwise.gateway.dataplane import providers as dataplane
+from shardwise.gateway.decide import providers, routes
+from shardwise.gateway.service import providers as service
+from shardwise.gateway.service.dispatcher import Dispatcher
+from shardwise.gateway.service.extproc import ExtProc
+from shardwise.gateway.service.observer import AccessLog, Observer
+from shardwise_runtime.sim.app import build_app
+from shardwise_runtime.sim.config import EngineConfig
+from shardwise_runtime.sim.engine import Engine
+from tests.unit.gateway.envoy_harness import envoy_beside
+
+PROVIDER_KEY = "sk-provider-" + "7f3a9c1e" * 4  # what the test searches for everywhere
+CALLER_KEY = "sk-caller-never-forwarded"
+HOSTED, UPSTREAM_ID, LOCAL = "hosted-chat", "provider-model-2025", "local-chat"
+
+
+def _openssl(*args: str, cwd: pathlib.Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_ca(folder: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
+    """A test CA and a server certificate for `localhost` signed by it: (ca.pem, cert.pem, key.pem)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl CLI")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=shardwise test CA",
+             "-keyout", "ca.key", "-out", "ca.pem", cwd=folder)
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "key.pem",
+             "-out", "server.csr", cwd=folder)
+    (folder / "san.ext").write_text("subjectAltName=DNS:localhost\n")
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", "san.ext", "-out", "cert.pem", cwd=folder)
+    return folder / "ca.pem", folder / "cert.pem", folder / "key.pem"
+
+
+class FakeProvider:
+    """The simulated engine behind TLS, checking the key like a provider; faults chosen by the prompt."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []  # authorization, model and path of every request
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        body = await request.json() if request.can_read_body else {}
+        self.seen.append({"authorization": request.headers.get("authorization"), "path": request.path,
+                          "model": body.get("model"), "host": request.headers.get("host")})
+        if request.headers.get("authorization") != f"Bearer {PROVIDER_KEY}":
+            return web.json_response({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                                                 "param": None, "code": "invalid_api_key"}}, status=401)
+        prompt = json.dumps(body.get("messages"))
+        if "fault:429" in prompt:
+            return web.json_response({"error": {"message": "Rate limit reached for requests", "type": "requests",
+                                                 "param": None, "code": "rate_limit_exceeded"}},
+                                     status=429, headers={"retry-after": "7"})
+        if "fault:500" in prompt:
+            return web.json_response({"error": {"message": "The server had an error while processing your request.",
+                                                 "type": "server_error", "param": None, "code": None}}, status=500)
+        if "fault:reset" in prompt:
+            response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(b'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,'
+                                 b'"delta":{"content":"par"}}]}\n\n')
+            request.transport.abort()  # the connection reset mid-stream
+            return response
+        return await handler(request)
+
+
+@pytest.fixture(scope="module")
+def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("providers")
+    ca, cert, key = make_ca(tmp)
+    fake = FakeProvider()
+    parts: dict[str, Any] = {"fake": fake}
+
+    async def setup(server: grpc.aio.Server):
+        provider_engine = Engine(EngineConfig(host="127.0.0.1", model=UPSTREAM_ID, served_model_names=(UPSTREAM_ID,),
+                                              port=0, ttft_ms=5, itl_ms=1))
+        app = build_app(provider_engine)
+        app.middlewares.insert(0, fake.middleware)
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(cert, key)
+        provider_runner = web.AppRunner(app, access_log=None)
+        await provider_runner.setup()
+        site = web.TCPSite(provider_runner, "127.0.0.1", 0, ssl_context=tls)
+        await site.start()
+        provider_port = provider_runner.addresses[0][1]
+        local_engine = Engine(EngineConfig(host="127.0.0.1", model=LOCAL, served_model_names=(LOCAL,), port=0,
+                                           ttft_ms=5, itl_ms=1))
+        local_runner = web.AppRunner(build_app(local_engine), access_log=None)
+        await local_runner.setup()
+        await web.TCPSite(local_runner, "127.0.0.1", 0).start()
+        local = f"127.0.0.1:{local_runner.addresses[0][1]}"
+        table = routes.Table(routes={LOCAL: routes.Route(model=LOCAL, namespace="team", name=LOCAL, endpoints=(local,),
+                                                         scale_to_zero=False, desired_replicas=1)})
+        dispatcher = Dispatcher()
+        dispatcher.set_table(table)
+        dispatcher.synced.set()
+        provider = {"metadata": {"namespace": "team", "name": "acme", "creationTimestamp": "2026-12-01T00:00:00Z"},
+                    "spec": {"baseURL": f"https://localhost:{provider_port}/v1",
+                             "keySecretRef": {"name": "acme-key"}, "maxConcurrentRequests": 8,
+                             "tls": {"caBundleSecretRef": {"name": "acme-ca"}},
+                             "models": [{"name": HOSTED, "id": UPSTREAM_ID,
+                                         "prices": {"input": "2.50", "output": "10"}}]}}
+        secrets = [{"metadata": {"namespace": "team", "name": "acme-key"},
+                    "data": {"key": base64.b64encode(PROVIDER_KEY.encode()).decode()}},
+                   {"metadata": {"namespace": "team", "name": "acme-ca"},
+                    "data": {"ca.crt": base64.b64encode(ca.read_bytes()).decode()}}]
+        book = service.Book()
+        book.set_catalogue(providers.build([provider], secrets, self_hosted=[LOCAL]))
+        parts.update(book=book, local=local, provider_port=provider_port, catalogue=book.catalogue)
+        pb_grpc.add_ExternalProcessorServicer_to_server(ExtProc(dispatcher, None, book), server)
+        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
+            xds.Discovery(dataplane.with_route(fastpath.snapshot(table))), server)
+        cds_pb2_grpc.add_ClusterDiscoveryServiceServicer_to_server(book.cds, server)
+        als_pb2_grpc.add_AccessLogServiceServicer_to_server(AccessLog(Observer()), server)
+
+        return lambda: None  # the engines' runners end with the harness's loop
+
+    with envoy_beside(tmp, setup, providers=True) as running:
+        parts["running"] = running
+        parts["client"] = openai.OpenAI(base_url=f"{running.listen_url}/v1", api_key=CALLER_KEY, max_retries=0,
+                                        timeout=30)
+        yield parts
+
+
+def test_one_base_url_and_key_reach_a_self_hosted_and_a_hosted_model(door: dict[str, Any]) -> None:
+    client = door["client"]
+    assert {HOSTED, LOCAL} <= {m.id for m in client.models.list().data}
+    local = client.chat.completions.with_raw_response.create(model=LOCAL, messages=[{"role": "user", "content": "hi"}],
+                                                             max_tokens=3)
+    assert local.headers["x-gateway-destination-endpoint-served"] == door["local"]
+    before = len(door["fake"].seen)
+    hosted = client.chat.completions.create(model=HOSTED, messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+    assert hosted.choices[0].message.content and hosted.usage.completion_tokens == 3
+    seen = door["fake"].seen[before:]
+    # exactly one request reached the provider: its own model id, its own key, the base URL's path and host
+    assert seen == [{"authorization": f"Bearer {PROVIDER_KEY}", "model": UPSTREAM_ID, "path": "/v1/chat/completions",
+                     "host": "localhost"}], seen
+    chunks = list(client.chat.completions.create(model=HOSTED, messages=[{"role": "user", "content": "stream"}],
+                                                 max_tokens=4, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert all(s["authorization"] != f"Bearer {CALLER_KEY}" for s in door["fake"].seen)
+
+
+def test_the_provider_429_reaches_the_client_with_its_retry_after(door: dict[str, Any]) -> None:
+    with pytest.raises(openai.RateLimitError) as caught:
+        door["client"].chat.completions.create(model=HOSTED, messages=[{"role": "user", "content": "fault:429"}])
+    assert caught.value.status_code == 429 and caught.value.response.headers["retry-after"] == "7"
+    assert caught.value.body["code"] == "rate_limit_exceeded"
+
+
+def test_the_provider_500_is_an_openai_server_error(door: dict[str, Any]) -> None:
+    with pytest.raises(openai.InternalServerError) as caught:
+        door["client"].chat.completions.create(model=HOSTED, messages=[{"role": "user", "content": "fault:500"}])
+    assert caught.value.status_code == 500 and caught.value.body["type"] == "server_error"
+
+
+def test_a_reset_mid_stream_ends_the_stream_with_an_error_not_a_silent_end(door: dict[str, Any]) -> None:
+    got: list[str] = []
+    with pytest.raises((openai.APIError, httpx.HTTPError)):
+        for chunk in door["client"].chat.completions.create(
+                model=HOSTED, messages=[{"role": "user", "content": "fault:reset"}], stream=True):
+            got += [c.delta.content or "" for c in chunk.choices]
+    assert got == ["par"]  # what came before the reset passed through unbuffered
+
+
+def test_an_unknown_model_is_still_a_404_and_the_cap_is_a_429(door: dict[str, Any]) -> None:
+    with pytest.raises(openai.NotFoundError):
+        door["client"].chat.completions.create(model="nobody-serves-this", messages=[{"role": "user", "content": "x"}])
+    book, upstream = door["book"], door["catalogue"].upstreams["team/acme"]
+    book.in_flight[upstream.id] = upstream.max_concurrent  # as if 8 were in flight
+    try:
+        with pytest.raises(openai.RateLimitError) as caught:
+            door["client"].chat.completions.create(model=HOSTED, messages=[{"role": "user", "content": "x"}])
+        assert caught.value.response.headers["retry-after"] == "1" and "team/acme" in caught.value.message
+    finally:
+        book.in_flight.pop(upstream.id, None)
+
+
+def test_the_provider_key_is_nowhere_but_at_the_provider(door: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    door["client"].chat.completions.create(model=HOSTED, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    admin = f"http://127.0.0.1:{door['running'].admin_port}"
+    places = {
+        "envoy log": door["running"].log(),
+        "envoy stats": urllib.request.urlopen(f"{admin}/stats?format=prometheus", timeout=5).read().decode(),
+        "envoy config dump": urllib.request.urlopen(f"{admin}/config_dump?include_eds", timeout=5).read().decode(),
+        "service metrics": prometheus_client.generate_latest().decode(),
+        "service log": caplog.text,
+        "catalogue repr": repr(door["catalogue"]),
+    }
+    assert "provider/team/acme" in places["envoy config dump"]  # the cluster is there, its key is not
+    for where, text in places.items():
+        assert PROVIDER_KEY not in text, where
+        assert base64.b64encode(PROVIDER_KEY.encode()).decode() not in text, where
+
+
+def test_a_client_cannot_pick_the_provider_cluster_itself(door: dict[str, Any]) -> None:
+    before = len(door["fake"].seen)
+    answer = httpx.post(f"{door['running'].listen_url}/v1/chat/completions", timeout=30,
+                        headers={dataplane.PROVIDER_HEADER: "provider/team/acme"},
+                        json={"model": "nobody-serves-this", "messages": [{"role": "user", "content": "x"}]})
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "model_not_found"
+    assert len(door["fake"].seen) == before  # nothing reached the provider
