@@ -51,6 +51,7 @@ class FrontDoor:
         self.grpc_port, self.http_port, self.metrics_port = free_port(), free_port(), free_port()
         self.config_path = log_dir / f"{name}-envoy.json"
         self.body_limit_bytes, self.hold_timeout_s = body_limit_bytes, hold_timeout_s
+        self.providers = "--providers" in extra_args  # `serve --providers` needs Envoy's CDS (envoy-config)
         argv = [sys.executable, "-m", "shardwise.cli", "gateway", "serve", "--grpc-port", str(self.grpc_port),
                 "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
                 "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
@@ -87,7 +88,8 @@ class FrontDoor:
             [sys.executable, "-m", "shardwise.cli", "gateway", "envoy-config", "--listen-host", "127.0.0.1",
              "--listen-port", str(self.port), "--admin-port", str(self.admin_port),
              "--extproc-port", str(self.grpc_port), "--body-limit-bytes", str(self.body_limit_bytes),
-             "--hold-timeout", str(self.hold_timeout_s)], capture_output=True, text=True, check=True, timeout=60)
+             "--hold-timeout", str(self.hold_timeout_s), *(["--providers"] if self.providers else [])],
+            capture_output=True, text=True, check=True, timeout=60)
         self.config_path.write_text(config.stdout)
         self.gateway.start()
         self.envoy.start()

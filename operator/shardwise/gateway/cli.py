@@ -39,6 +39,10 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--no-fast-path", action="store_true",
                        help="send every request through the ext_proc picker (engine queue and KV-cache use in "
                             "every pick), not only those Envoy cannot route itself (docs/gateway.md)")
+    serve.add_argument("--providers", action="store_true",
+                       help="serve the models of Provider objects (hosted APIs); Envoy needs envoy-config --providers")
+    serve.add_argument("--system-ca-file", default="/etc/ssl/certs/ca-certificates.crt",
+                       help="the trust store for Providers without a CA bundle (a PEM file Envoy reads)")
     serve.add_argument("--auth", action="store_true",
                        help="require API keys (APIKey objects and their Secrets in the watched namespaces)")
     serve.add_argument("--auth-anonymous", action="store_true",
@@ -61,6 +65,8 @@ def register(subparsers: Any) -> None:
     config.add_argument("--extproc-port", type=int, default=9002)
     config.add_argument("--body-limit-bytes", type=int, default=envoy.EnvoySettings.body_limit_bytes)
     config.add_argument("--hold-timeout", type=float, default=holding.DEFAULT_TIMEOUT_S)
+    config.add_argument("--providers", action="store_true",
+                        help="hosted providers: their clusters over CDS from `serve --providers`")
     config.add_argument("--no-observe", action="store_true",
                         help="leave out the observability filter (no per-model latency or token metrics)")
     config.set_defaults(handler=_envoy_config)
@@ -81,7 +87,7 @@ def _serve(args: argparse.Namespace) -> int:
         limits=holding.Limits(max_count=args.hold_max_requests, max_bytes=args.hold_max_bytes,
                               timeout_s=args.hold_timeout),
         wake_interval_s=args.wake_interval, scrape_interval_s=args.scrape_interval,
-        fast_path=not args.no_fast_path,
+        fast_path=not args.no_fast_path, providers=args.providers, system_ca_file=args.system_ca_file,
         auth=gatekeeper.AuthSettings(anonymous=args.auth_anonymous, redis_url=args.redis_url,
                                      redis_prefix=args.redis_prefix, fallback_share=args.quota_fallback_share,
                                      status_interval_s=args.key_status_interval,
@@ -94,6 +100,6 @@ def _envoy_config(args: argparse.Namespace) -> int:
     settings = envoy.EnvoySettings(listen_host=args.listen_host, listen_port=args.listen_port,
                                    admin_port=args.admin_port, extproc_port=args.extproc_port,
                                    body_limit_bytes=args.body_limit_bytes, hold_timeout_s=args.hold_timeout,
-                                   observe=not args.no_observe)
+                                   observe=not args.no_observe, providers=args.providers)
     print(json.dumps(envoy.bootstrap(settings), indent=2))
     return 0

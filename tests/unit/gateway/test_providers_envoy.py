@@ -8,14 +8,8 @@ provider key is nowhere in Envoy's log, stats or config dump, the service's log 
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import json
 import logging
-import pathlib
-import shutil
-import ssl
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -42,60 +36,11 @@ from shardwise_runtime.sim.app import build_app
 from shardwise_runtime.sim.config import EngineConfig
 from shardwise_runtime.sim.engine import Engine
 from tests.unit.gateway.envoy_harness import envoy_beside
+from tests.unit.gateway import fake_provider
+from tests.unit.gateway.fake_provider import PROVIDER_KEY, FakeProvider, make_ca
 
-PROVIDER_KEY = "sk-provider-" + "7f3a9c1e" * 4  # what the test searches for everywhere
 CALLER_KEY = "sk-caller-never-forwarded"
 HOSTED, UPSTREAM_ID, LOCAL = "hosted-chat", "provider-model-2025", "local-chat"
-
-
-def _openssl(*args: str, cwd: pathlib.Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_ca(folder: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
-    """A test CA and a server certificate for `localhost` signed by it: (ca.pem, cert.pem, key.pem)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("no openssl CLI")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=shardwise test CA",
-             "-keyout", "ca.key", "-out", "ca.pem", cwd=folder)
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "key.pem",
-             "-out", "server.csr", cwd=folder)
-    (folder / "san.ext").write_text("subjectAltName=DNS:localhost\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-days", "2", "-extfile", "san.ext", "-out", "cert.pem", cwd=folder)
-    return folder / "ca.pem", folder / "cert.pem", folder / "key.pem"
-
-
-class FakeProvider:
-    """The simulated engine behind TLS, checking the key like a provider; faults chosen by the prompt."""
-
-    def __init__(self) -> None:
-        self.seen: list[dict[str, Any]] = []  # authorization, model and path of every request
-
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        body = await request.json() if request.can_read_body else {}
-        self.seen.append({"authorization": request.headers.get("authorization"), "path": request.path,
-                          "model": body.get("model"), "host": request.headers.get("host")})
-        if request.headers.get("authorization") != f"Bearer {PROVIDER_KEY}":
-            return web.json_response({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
-                                                 "param": None, "code": "invalid_api_key"}}, status=401)
-        prompt = json.dumps(body.get("messages"))
-        if "fault:429" in prompt:
-            return web.json_response({"error": {"message": "Rate limit reached for requests", "type": "requests",
-                                                 "param": None, "code": "rate_limit_exceeded"}},
-                                     status=429, headers={"retry-after": "7"})
-        if "fault:500" in prompt:
-            return web.json_response({"error": {"message": "The server had an error while processing your request.",
-                                                 "type": "server_error", "param": None, "code": None}}, status=500)
-        if "fault:reset" in prompt:
-            response = web.StreamResponse(headers={"content-type": "text/event-stream"})
-            await response.prepare(request)
-            await response.write(b'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,'
-                                 b'"delta":{"content":"par"}}]}\n\n')
-            request.transport.abort()  # the connection reset mid-stream
-            return response
-        return await handler(request)
 
 
 @pytest.fixture(scope="module")
@@ -106,17 +51,7 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     parts: dict[str, Any] = {"fake": fake}
 
     async def setup(server: grpc.aio.Server):
-        provider_engine = Engine(EngineConfig(host="127.0.0.1", model=UPSTREAM_ID, served_model_names=(UPSTREAM_ID,),
-                                              port=0, ttft_ms=5, itl_ms=1))
-        app = build_app(provider_engine)
-        app.middlewares.insert(0, fake.middleware)
-        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        tls.load_cert_chain(cert, key)
-        provider_runner = web.AppRunner(app, access_log=None)
-        await provider_runner.setup()
-        site = web.TCPSite(provider_runner, "127.0.0.1", 0, ssl_context=tls)
-        await site.start()
-        provider_port = provider_runner.addresses[0][1]
+        _, provider_port = await fake_provider.start(fake, cert, key, UPSTREAM_ID)
         local_engine = Engine(EngineConfig(host="127.0.0.1", model=LOCAL, served_model_names=(LOCAL,), port=0,
                                            ttft_ms=5, itl_ms=1))
         local_runner = web.AppRunner(build_app(local_engine), access_log=None)

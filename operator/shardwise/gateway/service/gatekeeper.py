@@ -54,7 +54,8 @@ class Ticket:
 
 class Gatekeeper:
     def __init__(self, settings: AuthSettings, *, price_of: Callable[[str], float | None] = lambda m: None,
-                 store: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 store: Any = None, clock: Callable[[], float] = time.monotonic,
+                 cost_of: Callable[[str, int, int], int | None] = lambda m, p, c: None) -> None:
         self.settings = settings
         self.table = keys.KeyTable(by_hash={}, problems={})
         self._by_id: dict[str, keys.Key] = {}
@@ -71,6 +72,8 @@ class Gatekeeper:
         self.pending: dict[str, quota.Usage] = {}  # usage Redis has not got yet (all of it without Redis)
         self.in_flight: dict[str, Ticket] = {}
         self._price_of = price_of
+        # micro-USD of a response at a hosted provider's prices (prompt and completion), None: not hosted
+        self._cost_of = cost_of
         self._clock = clock
         self._leases = itertools.count(1)
         self._lease_prefix = f"{os.getpid()}-{time.time_ns() % 10**9}-"
@@ -144,8 +147,9 @@ class Gatekeeper:
         """A response's usage (from the observer): metrics now, the tokens bucket and the key's
         counters in Redis (or kept here until it is back)."""
         prompt, completion = prompt or 0, completion or 0
-        price = self._price_of(model)
-        cost_micro = round(completion * price) if price else 0  # $/1M tokens x tokens = micro-USD
+        hosted = self._cost_of(model, prompt, completion)
+        price = self._price_of(model) if hosted is None else None
+        cost_micro = hosted if hosted is not None else round(completion * price) if price else 0  # $/1M x tokens
         metrics.KEY_TOKENS.labels(key_id, "prompt").inc(prompt)
         metrics.KEY_TOKENS.labels(key_id, "completion").inc(completion)
         if cost_micro:

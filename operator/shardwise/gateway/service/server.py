@@ -63,6 +63,9 @@ class Settings:
     tick_s: float = 0.5
     auth: AuthSettings | None = None  # None: no API keys (every caller is served)
     fast_path: bool = True  # Envoy routes the requests it can by itself (fastpath.py; with keys: keys_lua.py)
+    providers: bool = False  # hosted providers (service/providers.py); Envoy needs `envoy-config --providers`
+    system_ca_file: str = "/etc/ssl/certs/ca-certificates.crt"  # the trust of Providers without a CA bundle
+    provider_probe_interval_s: float = 30.0
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -139,13 +142,33 @@ class Gateway:
         # Envoy's routes: none are sent before the informers sync (Envoy keeps what it has, or waits).
         self.discovery = xds.Discovery()
         self._spared: overload.Spared = frozenset()  # engines out of a model's fast path (overload.py)
+        self.providers: Any = None  # service/providers.Book and Watch, with --providers
+        self.provider_watch: Any = None
+        if settings.providers:
+            from shardwise.gateway.service import providers as hosted
+
+            self.providers = hosted.Book(hosted.dataplane.ClusterDiscovery(settings.system_ca_file))
+            self.provider_watch = hosted.Watch(
+                kube, self.providers, settings.namespaces, system_ca_file=settings.system_ca_file,
+                probe_interval_s=settings.provider_probe_interval_s, on_contact=self.contact.mark,
+                self_hosted=lambda: list(self.dispatcher.table.routes) if self.dispatcher is not None else [])
+            self.threads += self.provider_watch.threads(self.stop)
         if settings.auth is not None:  # API keys: their informers, the quota store, the status writer
             from shardwise.gateway.service.keyring import Keyring
 
-            self.gatekeeper = Gatekeeper(settings.auth, price_of=self._price_of)
+            self.gatekeeper = Gatekeeper(settings.auth, price_of=self._price_of, cost_of=self._hosted_cost)
             self.keyring = Keyring(kube, self.gatekeeper, settings.namespaces, on_contact=self.contact.mark)
             self.gatekeeper.on_table = self._keys_changed
             self.threads += self.keyring.threads(self.stop)
+
+    def _hosted_cost(self, model: str, prompt: int, completion: int) -> int | None:
+        """micro-USD at the provider's prices for a hosted model (not one a deployment serves)."""
+        if self.providers is None or (self.dispatcher is not None and self.dispatcher.table.get(model) is not None):
+            return None
+        from shardwise.gateway.decide.providers import cost_micro_usd
+
+        prices = self.providers.price_of(model)
+        return cost_micro_usd(prices, prompt, completion) if prices is not None else None
 
     def _price_of(self, model: str) -> float | None:
         route = self.dispatcher.table.get(model) if self.dispatcher is not None else None
@@ -171,10 +194,17 @@ class Gateway:
                 log.warning("not routed: %s", conflict)
         self.dispatcher.set_table(table)
         self.discovery.update(self._snapshot(table))
+        if self.provider_watch is not None:  # a name now self-hosted leaves the providers' catalogue
+            self.provider_watch.rebuild()
 
     def _snapshot(self, table: routes.Table) -> fastpath.Snapshot:
         keyed = keys_lua.metadata(self.gatekeeper.table) if self.gatekeeper is not None else None
-        return fastpath.snapshot(table, enabled=self.settings.fast_path, spared=self._spared, keyed=keyed)
+        snapshot = fastpath.snapshot(table, enabled=self.settings.fast_path, spared=self._spared, keyed=keyed)
+        if self.providers is not None:  # the route to the provider clusters, before the picker's
+            from shardwise.gateway.dataplane import providers as provider_routes
+
+            snapshot = provider_routes.with_route(snapshot)
+        return snapshot
 
     def _keys_changed(self) -> None:
         """A key created, changed or revoked: Envoy's table of fast keys follows (keys_lua.py)."""
@@ -279,11 +309,20 @@ class Gateway:
                                      on_wake=self._wake)
         for thread in self.threads:
             thread.start()
-        threading.Thread(target=lambda: wait_for_sync(self.infds + self.pods + (self.keyring.informers if self.keyring else []),
+        watched = self.infds + self.pods + (self.keyring.informers if self.keyring else []) + \
+            (self.provider_watch.informers if self.provider_watch else [])
+        if self.provider_watch is not None:
+            self.provider_watch.attach(self._loop)
+        threading.Thread(target=lambda: wait_for_sync(watched,
                                                               self.stop)
                          and self._loop.call_soon_threadsafe(self._synced), name="sync", daemon=True).start()
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
-        pb_grpc.add_ExternalProcessorServicer_to_server(extproc.ExtProc(self.dispatcher, self.gatekeeper), server)
+        pb_grpc.add_ExternalProcessorServicer_to_server(extproc.ExtProc(self.dispatcher, self.gatekeeper, self.providers),
+                                                        server)
+        if self.providers is not None:  # the provider clusters, over CDS on a stream of their own
+            from envoy.service.cluster.v3 import cds_pb2_grpc
+
+            cds_pb2_grpc.add_ClusterDiscoveryServiceServicer_to_server(self.providers.cds, server)
         # The observe filter's access log (the same port, the same Envoy cluster): one entry per request.
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(AccessLog(Observer(self.gatekeeper)), server)
         # And Envoy's routes and fast-path endpoints, over ADS.
@@ -303,6 +342,8 @@ class Gateway:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, stopping.set)
         tasks = [asyncio.create_task(self._tick()), asyncio.create_task(self._scrape())]
+        if self.provider_watch is not None:
+            tasks.append(asyncio.create_task(self.provider_watch.run()))
         if self.keyring is not None and self.gatekeeper is not None:
             self.keyring.attach(self._loop)
             tasks += [asyncio.create_task(self.gatekeeper.watch_store()),
