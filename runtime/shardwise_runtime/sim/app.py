@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import exposition
 
-from shardwise_runtime.sim import errors, lora, protocol
+from shardwise_runtime.sim import errors, handoff, lora, protocol
 from shardwise_runtime.sim.engine import Engine, Plan, plan_generation
 
 ENGINE_KEY = web.AppKey("engine", Engine)
@@ -136,15 +136,16 @@ async def _complete(request: web.Request, kind: protocol.Kind) -> web.StreamResp
         async for _ in generation:
             pass
     build = protocol.chat_response if kind == "chat" else protocol.completion_response
-    return _json(
-        build(
-            ident,
-            protocol.generated_text(generation.emitted, plan.shift),
-            plan.finish_reason,
-            plan.prompt_tokens,
-            generation.emitted,
-        )
+    answer = build(
+        ident,
+        protocol.generated_text(generation.emitted, plan.shift),
+        plan.finish_reason,
+        plan.prompt_tokens,
+        generation.emitted,
     )
+    if engine.config.role == handoff.PREFILL:  # where the decode engine finds this prompt's KV
+        answer["kv_transfer_params"] = handoff.transfer_params(engine.config.host, engine.config.port, ident.id)
+    return _json(answer)
 
 
 async def _stream(

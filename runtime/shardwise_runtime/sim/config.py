@@ -97,8 +97,13 @@ class EngineConfig:
     lora: LoraConfig | None = None  # None: started without --enable-lora
     # VLLM_ALLOW_RUNTIME_LORA_UPDATING: without it vLLM registers no load/unload routes at all.
     runtime_lora_updating: bool = False
+    # Disaggregation (handoff.py): "prefill", "decode" or None (both phases), and the connector.
+    role: str | None = None
+    kv_connector: str | None = None
 
     def __post_init__(self) -> None:
+        if self.role not in (None, "prefill", "decode"):
+            raise ValueError(f"role must be prefill, decode or None, got {self.role!r}")
         if not loopback.is_loopback_host(self.host):
             raise ValueError(f"engine host {self.host!r} is not a loopback address")
         if not self.served_model_names or not all(self.served_model_names):

@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Container
 
-from shardwise_runtime.sim import adapterfiles, errors, latency, lora, metrics, protocol
+from shardwise_runtime.sim import adapterfiles, errors, handoff, latency, lora, metrics, protocol
 from shardwise_runtime.sim.config import EngineConfig
 
 # Requests the engine was given no max_tokens for stop "naturally" after this many tokens
@@ -39,6 +39,8 @@ class Plan:
     n: int
     lora: str | None = None  # the adapter asked for, by name
     shift: int = 0  # where its text starts in the filler (protocol.adapter_shift)
+    # A decode engine given a prefill engine's kv_transfer_params: the prompt's KV is loaded, not computed.
+    kv_loaded: bool = False
 
 
 def plan_generation(
@@ -48,9 +50,21 @@ def plan_generation(
     adapters: Container[str] = (),
 ) -> Plan | errors.ErrorBody:
     """Accept a request (and decide its output length) or return the error vLLM would give."""
+    plan = _plan_generation(request, config, rng, adapters)
+    if isinstance(plan, Plan) and config.role == handoff.DECODE and request.kv_transfer_params is not None:
+        return dataclasses.replace(plan, kv_loaded=True)
+    return plan
+
+
+def _plan_generation(
+    request: protocol.Request,
+    config: EngineConfig,
+    rng: random.Random,
+    adapters: Container[str] = (),
+) -> Plan | errors.ErrorBody:
     if request.model is not None and request.model in adapters:
         # Planned as the base model would be, then answered under the adapter's name.
-        plan = plan_generation(dataclasses.replace(request, model=None), config, rng)
+        plan = _plan_generation(dataclasses.replace(request, model=None), config, rng)
         if not isinstance(plan, Plan):
             return plan
         name = request.model
@@ -110,7 +124,11 @@ class Generation:
 
     async def __aiter__(self) -> AsyncIterator[int]:
         engine, model, plan = self._engine, self._engine.latency, self.plan
-        due = self.scheduled + model.prefill_s(plan.prompt_tokens, engine.running)
+        if plan.kv_loaded:  # the hand-off, then one decode step (the first token's)
+            first = handoff.handoff_s(engine.config.kv_connector, plan.prompt_tokens) + model.itl(engine.running)
+        else:
+            first = model.prefill_s(plan.prompt_tokens, engine.running)
+        due = self.scheduled + first
         for index in range(plan.tokens):
             if index:
                 due += model.itl(engine.running)

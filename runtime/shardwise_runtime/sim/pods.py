@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardwise_runtime.sim import config as sim_config
-from shardwise_runtime.sim import measured
+from shardwise_runtime.sim import handoff, measured
 from shardwise_runtime.sim.config import VLLM_PORT, EngineConfig
 
 INFERENCE_LABEL = "shardwise.io/inference-deployment"
@@ -51,6 +51,7 @@ class VllmArgs:
     max_loras: int | None = None
     max_cpu_loras: int | None = None
     lora_modules: tuple[str, ...] = ()
+    kv_transfer_config: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +127,7 @@ def parse_vllm_args(argv: Sequence[str]) -> VllmArgs:
         max_loras=_int(first.get("max-loras")),
         max_cpu_loras=_int(first.get("max-cpu-loras")),
         lora_modules=tuple(values.get("lora-modules", ())),
+        kv_transfer_config=first.get("kv-transfer-config"),
     )
 
 
@@ -252,6 +254,7 @@ def engine_config_from_pod(pod: Mapping[str, Any],
     model = args.model or served[0]
     annotations = meta.get("annotations") or {}
     ttft, itl = base_latencies(pod, args)
+    kv = handoff.kv_transfer_config(args.kv_transfer_config)
     concurrency = _positive(annotations.get(MAX_CONCURRENCY_ANNOTATION), int)
     return EngineConfig(
         host=str(ip),
@@ -267,6 +270,8 @@ def engine_config_from_pod(pod: Mapping[str, Any],
         seed=zlib.crc32((meta.get("uid") or pod_key(pod)).encode()),
         lora=lora,
         runtime_lora_updating=sim_config.env_flag(env.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")),
+        role=handoff.role_of(kv, labels),
+        kv_connector=str(kv.get("kv_connector")) if kv and kv.get("kv_connector") else None,
     )
 
 

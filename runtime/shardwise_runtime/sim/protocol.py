@@ -40,6 +40,8 @@ class Request:
     stream: bool
     include_usage: bool
     n: int
+    # vLLM's P/D protocol: what the prefill engine returned, passed on to the decode engine.
+    kv_transfer_params: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +104,8 @@ def read_request(kind: Kind, body: Mapping[str, Any]) -> Request:
         stream=bool(body.get("stream")),
         include_usage=bool(stream_options.get("include_usage")),
         n=body.get("n") or 1,
+        kv_transfer_params=body.get("kv_transfer_params") if isinstance(body.get("kv_transfer_params"), dict)
+        else None,
     )
 
 
