@@ -170,3 +170,42 @@ def test_a_client_cannot_pick_the_provider_cluster_itself(door: dict[str, Any]) 
                         json={"model": "nobody-serves-this", "messages": [{"role": "user", "content": "x"}]})
     assert answer.status_code == 404 and answer.json()["error"]["code"] == "model_not_found"
     assert len(door["fake"].seen) == before  # nothing reached the provider
+
+
+def test_a_provider_that_cannot_be_reached_is_an_openai_503(door: dict[str, Any]) -> None:
+    import socket
+
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    down = {"metadata": {"namespace": "team", "name": "down", "creationTimestamp": "2026-12-02T00:00:00Z"},
+            "spec": {"baseURL": f"https://localhost:{port}/v1", "keySecretRef": {"name": "acme-key"},
+                     "connectTimeoutSeconds": 2, "models": [{"name": "down-model"}]}}
+    book, old = door["book"], door["catalogue"]
+    secret = {"metadata": {"namespace": "team", "name": "acme-key"},
+              "data": {"key": base64.b64encode(PROVIDER_KEY.encode()).decode()}}
+    catalogue = providers.build([down], [secret])
+    merged = providers.Catalogue({**old.upstreams, **catalogue.upstreams}, {**old.models, **catalogue.models}, {})
+    door["running"].loop.call_soon_threadsafe(book.set_catalogue, merged)
+    try:
+        def answer() -> httpx.Response | None:
+            got = httpx.post(f"{door['running'].listen_url}/v1/chat/completions", timeout=30,
+                             json={"model": "down-model", "messages": [{"role": "user", "content": "x"}]})
+            return got if got.status_code != 404 and got.headers.get("content-type") == "application/json" else None
+        got = _eventually(answer)
+        assert got.status_code == 503, got.text
+        assert got.json()["error"]["code"] == "provider_unavailable" and got.json()["error"]["type"] == "server_error"
+    finally:
+        door["running"].loop.call_soon_threadsafe(book.set_catalogue, old)
+
+
+def _eventually(probe: Any, timeout: float = 30.0) -> Any:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found is not None:
+            return found
+        time.sleep(0.2)
+    raise AssertionError("not within the time")

@@ -200,6 +200,22 @@ def _too_large_mapper(settings: EnvoySettings) -> dict[str, Any]:
     }
 
 
+def _provider_failure_mapper() -> dict[str, Any]:
+    """Envoy's own reply when a provider could not be reached, its TLS failed, it reset before its
+    headers or overran its request timeout (a request on the provider route: its header is set):
+    an OpenAI error body instead of Envoy's plain text. What the provider itself answered (its 429
+    with Retry-After, its 500) passes through untouched."""
+    return {
+        "filter": {"and_filter": {"filters": [
+            {"header_filter": {"header": {"name": PROVIDER_HEADER, "present_match": True}}},
+            {"response_flag_filter": {"flags": ["UF", "URX", "UC", "UH", "UT", "UMSDR", "UO"]}}]}},
+        "body_format_override": {"json_format": {"error": {
+            "message": "The provider could not answer: %RESPONSE_CODE_DETAILS% (%RESPONSE_FLAGS%).",
+            "type": "server_error", "param": None, "code": "provider_unavailable"}},
+            "content_type": openai_errors.JSON},
+    }
+
+
 def bootstrap(settings: EnvoySettings) -> dict[str, Any]:
     filters = [{"name": "shardwise.body", "typed_config": _body_model_filter()},
                {"name": "shardwise.match", "typed_config": _match_filter()},
@@ -216,7 +232,8 @@ def bootstrap(settings: EnvoySettings) -> dict[str, Any]:
         # A held request is silent until its model wakes: idle longer than any hold.
         "stream_idle_timeout": _seconds(settings.hold_timeout_s + 60),
         "request_timeout": "0s",
-        "local_reply_config": {"mappers": [_too_large_mapper(settings)]},
+        "local_reply_config": {"mappers": [_too_large_mapper(settings),
+                                           *([_provider_failure_mapper()] if settings.providers else [])]},
         # The routes come from the service (fastpath.py over ADS): a fast route per served model
         # with ready endpoints, then the ext_proc route for everything else.
         "rds": {"route_config_name": ROUTE_CONFIG, "config_source": _ads()},
