@@ -16,8 +16,8 @@ shardwise decides ahead of time and Envoy applies the decision per request.
   Envoy's own active requests.
 - Everything else takes the last route, the ext_proc path as before: a model with no ready
   endpoint (held while it wakes), an unknown model, a body that is not JSON or has no model,
-  `/v1/models`, any other path, and every request when API keys are on (each needs its key
-  checked and charged).
+  `/v1/models`, any other path, and with API keys on every request the keys filter did not
+  admit (keys_lua.py: a key without limits asking a served model is admitted in Envoy).
 
 The engines' own queues and KV-cache use (which count other gateway replicas' and clients'
 requests; the ring's bound counts only this Envoy's) reach the fast path every scrape: an engine
