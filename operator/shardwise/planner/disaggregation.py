@@ -142,15 +142,25 @@ def _rank_key(outcome: Outcome) -> tuple[bool, bool, float, float, float]:
 def best_aggregated(request: PlanRequest, shape: inventory.GpuShape, gpus: int, rate: float,
                     slo: SLO) -> Aggregated | None:
     """The best aggregated layout and replica count within `gpus` GPUs at `rate` requests/s."""
-    found = []
-    for lay, fit in _fitting_layouts(request, shape):
-        for replicas in range(1, gpus // lay.gpus + 1):
-            each = dataclasses.replace(request, request_rate=rate / replicas, concurrency=None)
-            pred = search.predict_layout(each, shape, lay, fit)
-            found.append(Aggregated(lay, replicas, _outcome(
-                request, shape, replicas * lay.gpus, rate, pred.ttft_s, pred.itl_s,
-                pred.tokens_per_s * replicas, pred.saturated, slo)))
+    found = [aggregated_at(request, shape, lay, fit, replicas, rate, slo)
+             for lay, fit in _fitting_layouts(request, shape) for replicas in range(1, gpus // lay.gpus + 1)]
     return min(found, key=lambda a: _rank_key(a.outcome), default=None)
+
+
+def aggregated_at(request: PlanRequest, shape: inventory.GpuShape, lay: layouts.Layout, fit: memory.MemoryFit,
+                  replicas: int, rate: float, slo: SLO) -> Aggregated:
+    """One aggregated configuration: `replicas` engines of `lay`, each at rate/replicas."""
+    each = dataclasses.replace(request, request_rate=rate / replicas, concurrency=None)
+    pred = search.predict_layout(each, shape, lay, fit)
+    return Aggregated(lay, replicas, _outcome(request, shape, replicas * lay.gpus, rate, pred.ttft_s, pred.itl_s,
+                                              pred.tokens_per_s * replicas, pred.saturated, slo))
+
+
+def aggregated_on(request: PlanRequest, shape: inventory.GpuShape, tp: int, gpus: int, rate: float,
+                  slo: SLO) -> Aggregated | None:
+    """TP`tp` engines filling exactly `gpus` GPUs (a comparison at equal GPU count), if TP`tp` fits."""
+    return next((aggregated_at(request, shape, lay, fit, gpus // lay.gpus, rate, slo)
+                 for lay, fit in _fitting_layouts(request, shape) if lay.tp == tp and gpus >= lay.gpus), None)
 
 
 def handoff_link(shape: inventory.GpuShape, prefill: layouts.Layout, decode: layouts.Layout) -> str:
