@@ -242,8 +242,11 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
         if conflicts:  # touch nothing, not even our own children: a workload without its Service serves no one
             failure = Failure("ChildConflict", "; ".join(conflicts))
             wanted = []
+        held = _held_service(snapshot, spec, owner)
         for obj, live in zip(wanted, lives):
             key = key_of(obj)
+            if key == held:
+                continue
             role = _role_of(obj)
             if role is not None:  # its own layout and replicas decide the rollout's room
                 obj = rollouts.prepare(snapshot.nodes, snapshot.gpu_pods, spec, _role_plan(spec, plan, role), obj,
@@ -426,6 +429,23 @@ def _replaced_workloads(snapshot: Snapshot, owner: children.Owner, serving: set[
     return [old for key, old in snapshot.owned_workloads.items()
             if key not in serving and old is not None and ownership.is_controlled_by(old, owner)
             and not old["metadata"].get("deletionTimestamp")]
+
+
+def _held_service(snapshot: Snapshot, spec: api.InferenceDeploymentSpec, owner: children.Owner) -> ChildKey | None:
+    """The model's Service while a running single pool is being replaced by a pair: it keeps
+    selecting the old pods until both roles serve (then the same pass re-points it and deletes
+    the old workload), so clients never see a Service with no ready endpoint."""
+    if not disaggregation.enabled(spec):
+        return None
+    old = [w for key, w in snapshot.owned_workloads.items() if w is not None and _role_of(w) is None
+           and key not in role_keys(owner.name) and ownership.is_controlled_by(w, owner)]
+    if not old:
+        return None
+    serving = all((w := snapshot.children.get(("apps/v1", "Deployment", disaggregation.role_name(owner.name, role))))
+                  is not None and progress.workload_ready(w, _role_replicas(spec, role),
+                                                          _role_pods(snapshot.pods, role))
+                  for role in disaggregation.ROLES)
+    return None if serving else ("v1", "Service", names.service_name(owner.name))
 
 
 def _role_of(obj: Mapping[str, Any]) -> str | None:

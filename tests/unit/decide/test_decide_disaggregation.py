@@ -97,12 +97,17 @@ def test_switching_to_a_pair_deletes_the_single_pool_only_once_both_roles_serve(
     resource["metadata"]["generation"] = 2
     children = {**children, **unseen(), SERVICE: children[SERVICE]}
     starting = decide(snapshot(resource, children=children, pods=pods, now=T1))
-    assert DEPLOYMENT not in {reconcile.key_of(a.obj) for a in starting.apply} and starting.delete == ()
+    started = {reconcile.key_of(a.obj) for a in starting.apply}
+    assert {PREFILL, DECODE} <= started and starting.delete == ()
+    # The model's Service keeps selecting the running pool until both roles serve.
+    assert DEPLOYMENT not in started and SERVICE not in started, started
     resource = written(resource, starting)
     children = {**children, **live(starting)}
     children, decode_pods = run(children, DECODE, 1)
     children, prefill_pods = run(children, PREFILL, 2)
     served = decide(snapshot(resource, children=children, pods=pods + decode_pods + prefill_pods, now=T1))
     assert [reconcile.key_of(o) for o in served.delete] == [DEPLOYMENT]
+    service = next(a.obj for a in served.apply if reconcile.key_of(a.obj) == SERVICE)
+    assert service["spec"]["selector"]["shardwise.io/role"] == "decode"
     assert condition(served.status or {}, "Ready") == ("True", "Ready")
 
