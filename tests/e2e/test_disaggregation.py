@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from shardwise.devcluster.cluster import LocalCluster
-from tests.e2e.support import OPERATOR_USER, Kubectl, OperatorProcess, eventually, writes_by
+from tests.e2e.support import OPERATOR_USER, Kubectl, OperatorProcess, eventually, simulated_fleet, writes_by
 from tests.e2e.test_lifecycle import _stable_count, ready, small_model
 
 pytestmark = pytest.mark.e2e
@@ -63,3 +64,31 @@ def test_a_pair_is_ready_with_both_roles_survives_a_restart_unchanged_and_is_col
     eventually(lambda: not kubectl.get("deployments")["items"] and kubectl.get("service", "pd") is None
                and kubectl.get("service", "pd-prefill") is None, timeout=90,
                what="garbage collection of both roles' Deployments and Services")
+
+
+def test_the_local_fleet_runs_the_pair_and_the_routers_two_calls_hand_the_kv_over(
+        operator: OperatorProcess, kubectl: Kubectl, cluster: LocalCluster) -> None:
+    """`shardwise-sim fleet` reads each role from the operator's rendered pods: the prefill pod's
+    engine answers with kv_transfer_params, the decode pod's engine takes them."""
+    fleet = simulated_fleet(cluster, kubectl.namespace, "pd")
+    fleet.start()
+    try:
+        kubectl.apply_yaml(small_model("pair", disaggregation={"mode": "Disaggregated"}))
+        eventually(lambda: ready(kubectl, "pair"), timeout=120, what="pair Ready")
+
+        def engine_of(role: str) -> str:
+            pods = kubectl.get("pods", selector=f"shardwise.io/inference-deployment=pair,shardwise.io/role={role}")
+            url = f"http://{pods['items'][0]['status']['podIP']}:8000"
+            return url if httpx.get(url + "/health", timeout=2).status_code == 200 else ""
+
+        prefill = eventually(lambda: engine_of("prefill"), timeout=60, what="the prefill pod's engine")
+        decode = eventually(lambda: engine_of("decode"), timeout=60, what="the decode pod's engine")
+        body = {"model": "pair", "prompt": "x" * 4000, "max_tokens": 1}  # served as the resource name
+        first = httpx.post(prefill + "/v1/completions", json=body, timeout=30).json()
+        params = first.get("kv_transfer_params")
+        assert params and params["do_remote_prefill"] is True, first
+        answer = httpx.post(decode + "/v1/completions", timeout=30,
+                            json={**body, "max_tokens": 4, "kv_transfer_params": params}).json()
+        assert answer["usage"]["completion_tokens"] == 4 and answer.get("kv_transfer_params") is None, answer
+    finally:
+        fleet.stop()
