@@ -8,7 +8,9 @@ on a CPU-only loopback host, and lists every change (`RealLaunch.changes`) so a 
 the difference between what was rendered and what ran:
 - the executable: `vllm` is the installed engine; `shardwise-launch` is this repository's launcher
   (it execs `vllm` from PATH, which starts with the engine's venv);
-- the model: hub names cannot be downloaded here, so the tiny local model takes their place;
+- the model: hub names cannot be downloaded here, so a tiny local model takes their place: the
+  tiny mixture of experts where the argv asks for expert or data parallelism (the operator renders
+  those only for MoE models), else the tiny Llama;
 - the bind address: every pod listens on port 8000, so each engine binds its own pod IP
   (`--host`), as a container's network namespace would give it for free;
 - quantization: the CPU build has no fp8/AWQ/GPTQ kernels for a random tiny model, so the flag is
@@ -30,6 +32,7 @@ from shardwise_runtime.sim import loopback
 
 LOCAL_VLLM_CPU_IMAGE = "shardwise.local/vllm-cpu:0.32.0"
 MODEL_NAME = "tiny-llama-v1"  # written by hack/install-vllm.sh (hack/make-tiny-model.py)
+MOE_MODEL_NAME = "tiny-moe-v1"  # written by hack/install-vllm.sh (hack/make-tiny-moe.py)
 KV_CACHE_GIB = "1"  # the tiny model needs 4 KiB per token: 1 GiB holds any rendered context
 # Offline hub, no usage reporting: nothing may leave the machine.
 _QUIET_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
@@ -38,6 +41,9 @@ _DROPPED_FLAGS = ("--quantization", "-q")
 _LAUNCHER = "shardwise-launch"
 _TP_FLAGS = ("--tensor-parallel-size", "-tp")
 _PP_FLAGS = ("--pipeline-parallel-size", "-pp")
+_DP_FLAGS = ("--data-parallel-size", "-dp")
+_DP_LOCAL_FLAGS = ("--data-parallel-size-local", "-dpl")
+_EP_FLAGS = ("--enable-expert-parallel", "-ep")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +64,10 @@ class Install:
     @property
     def model(self) -> str:
         return str(self.home / "models" / MODEL_NAME)
+
+    @property
+    def moe_model(self) -> str:
+        return str(self.home / "models" / MOE_MODEL_NAME)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,11 +137,25 @@ def _drop_flags(args: list[str], names: Sequence[str]) -> tuple[list[str], list[
     return out, dropped
 
 
+def _as_int(value: str | None) -> int:
+    return int(value) if value and value.isdigit() else 1
+
+
 def world_size_per_pod(serve_args: Sequence[str], nodes: int) -> int:
-    def as_int(value: str | None) -> int:
-        return int(value) if value and value.isdigit() else 1
-    world = as_int(_flag_value(serve_args, _TP_FLAGS)) * as_int(_flag_value(serve_args, _PP_FLAGS))
+    """Engine ranks in one pod: TP x PP over the pods, times the DP engines the pod runs (each DP
+    engine has its own TP ranks: vLLM's --data-parallel-size-local, else DP over the pods)."""
+    world = _as_int(_flag_value(serve_args, _TP_FLAGS)) * _as_int(_flag_value(serve_args, _PP_FLAGS))
+    dp = _as_int(_flag_value(serve_args, _DP_FLAGS))
+    if dp > 1:
+        dp_local = _flag_value(serve_args, _DP_LOCAL_FLAGS)
+        return world * (_as_int(dp_local) if dp_local else max(dp // max(nodes, 1), 1))
     return max(world // max(nodes, 1), 1)
+
+
+def wants_moe(serve_args: Sequence[str]) -> bool:
+    """Expert or data parallelism in the argv: the operator renders them only for MoE models."""
+    return any(arg.partition("=")[0] in _EP_FLAGS for arg in serve_args) or _as_int(
+        _flag_value(serve_args, _DP_FLAGS)) > 1
 
 
 def cpu_env(ranks: int, cpus: int, threads: int) -> dict[str, str]:
@@ -197,9 +221,11 @@ def real_launch(pod: Mapping[str, Any], install: Install, *, base_env: Mapping[s
     else:
         return None  # not a vLLM container the fleet knows how to run
     if serve_args and not serve_args[0].startswith("-"):
-        if serve_args[0] != install.model:
-            changes.append(f"model {serve_args[0]} -> {install.model} (no hub download here)")
-        serve_args = [install.model, *serve_args[1:]]
+        model = install.moe_model if wants_moe(serve_args) else install.model
+        if serve_args[0] != model:
+            kind = " (a mixture of experts: the argv asks for EP or DP)" if model == install.moe_model else ""
+            changes.append(f"model {serve_args[0]} -> {model}{kind} (no hub download here)")
+        serve_args = [model, *serve_args[1:]]
     serve_args, dropped = _drop_flags(serve_args, _DROPPED_FLAGS)
     if dropped:
         changes.append(f"dropped {' '.join(dropped)} (no such kernel in vLLM's CPU build)")
