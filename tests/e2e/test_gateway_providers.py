@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import socket
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -78,7 +79,7 @@ def front(cluster: LocalCluster, operator: Any, tmp_path_factory: pytest.TempPat
     upstream = InThread(fake, cert, key, UPSTREAM_ID)
     fleet = simulated_fleet(cluster, namespace, "gwp")
     door = FrontDoor(cluster.kubeconfig, cluster.log_dir, name=f"gwp-{namespace}", namespaces=(namespace,),
-                     envoy_concurrency=1, extra_args=("--auth", "--providers", "--key-status-interval", "1",
+                     envoy_concurrency=1, extra_args=("--auth", "--providers", "--key-status-interval", "1", "--provider-probe-interval", "2",
                                                       "--lease-namespace", namespace))
     fleet.start()
     try:
@@ -90,7 +91,7 @@ def front(cluster: LocalCluster, operator: Any, tmp_path_factory: pytest.TempPat
         kubectl.apply_yaml(json.dumps(_provider("acme", f"https://localhost:{upstream.port}/v1", "acme-key",
                                                 tls={"caBundleSecretRef": {"name": "acme-ca"}})))
         setup = Setup(kubectl, door, fake, "", "")
-        setup.token, setup.narrow = setup.key("wide", [LOCAL, HOSTED]), setup.key("narrow", [LOCAL])
+        setup.token, setup.narrow = setup.key("wide", []), setup.key("narrow", [LOCAL])
         door.start()
         eventually(lambda: _chat(setup, LOCAL).status_code == 200, timeout=90, what="self-hosted model served")
         eventually(lambda: _chat(setup, HOSTED).status_code == 200, timeout=60, what="hosted model served")
@@ -149,6 +150,32 @@ def test_provider_faults_reach_the_client_openai_shaped(front: Setup) -> None:
     assert limited.json()["error"]["code"] == "rate_limit_exceeded"
     failed = _chat(front, HOSTED, "fault:500")
     assert failed.status_code == 500 and failed.json()["error"]["type"] == "server_error"
+
+
+def test_a_reset_mid_stream_raises_in_the_client_after_what_came_before(front: Setup) -> None:
+    got: list[str] = []
+    with pytest.raises((openai.APIError, httpx.HTTPError)):
+        for chunk in front.client().chat.completions.create(
+                model=HOSTED, messages=[{"role": "user", "content": "fault:reset"}], stream=True):
+            got += [c.delta.content or "" for c in chunk.choices]
+    assert got == ["par"]
+
+
+def test_an_unreachable_provider_is_a_condition_an_event_and_an_openai_503(front: Setup) -> None:
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    front.kubectl.apply_yaml(json.dumps(_provider("gone", f"https://localhost:{port}/v1", "acme-key",
+                                                  connectTimeoutSeconds=2)))
+    condition = eventually(lambda: next((c for c in _status(front, "provider", "gone").get("conditions", [])
+                                         if c["type"] == "Reachable" and c["status"] == "False"), None),
+                           timeout=60, what="gone Unreachable")
+    assert condition["reason"] == "Unreachable" and f"localhost:{port}" in condition["message"]
+    eventually(lambda: [e for e in front.kubectl.get("events")["items"]
+                        if e["involvedObject"]["name"] == "gone" and e["reason"] == "Unreachable"] or None,
+               timeout=30, what="Unreachable event")
+    answer = _chat(front, "gone-model")
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "provider_unavailable", answer.text
 
 
 def test_the_provider_is_reachable_and_a_missing_secret_is_a_condition_and_an_event(front: Setup) -> None:

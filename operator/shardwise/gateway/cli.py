@@ -43,6 +43,8 @@ def register(subparsers: Any) -> None:
                        help="serve the models of Provider objects (hosted APIs); Envoy needs envoy-config --providers")
     serve.add_argument("--system-ca-file", default="/etc/ssl/certs/ca-certificates.crt",
                        help="the trust store for Providers without a CA bundle (a PEM file Envoy reads)")
+    serve.add_argument("--provider-probe-interval", type=float, default=30.0,
+                       help="seconds between TLS probes of each Provider (its Reachable condition)")
     serve.add_argument("--auth", action="store_true",
                        help="require API keys (APIKey objects and their Secrets in the watched namespaces)")
     serve.add_argument("--auth-anonymous", action="store_true",
@@ -88,6 +90,7 @@ def _serve(args: argparse.Namespace) -> int:
                               timeout_s=args.hold_timeout),
         wake_interval_s=args.wake_interval, scrape_interval_s=args.scrape_interval,
         fast_path=not args.no_fast_path, providers=args.providers, system_ca_file=args.system_ca_file,
+        provider_probe_interval_s=args.provider_probe_interval,
         auth=gatekeeper.AuthSettings(anonymous=args.auth_anonymous, redis_url=args.redis_url,
                                      redis_prefix=args.redis_prefix, fallback_share=args.quota_fallback_share,
                                      status_interval_s=args.key_status_interval,

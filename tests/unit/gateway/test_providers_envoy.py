@@ -172,12 +172,19 @@ def test_a_client_cannot_pick_the_provider_cluster_itself(door: dict[str, Any]) 
     assert len(door["fake"].seen) == before  # nothing reached the provider
 
 
-def test_a_provider_that_cannot_be_reached_is_an_openai_503(door: dict[str, Any]) -> None:
+def _closed_port() -> int:
     import socket
 
     with socket.socket() as closed:  # a port nobody listens on
         closed.bind(("127.0.0.1", 0))
-        port = closed.getsockname()[1]
+        return closed.getsockname()[1]
+
+
+@pytest.mark.parametrize("case", ["closed port", "certificate not trusted"])
+def test_a_provider_that_cannot_be_reached_is_an_openai_503_and_its_probe_says_why(door: dict[str, Any],
+                                                                                   case: str) -> None:
+    port = _closed_port() if case == "closed port" else door["provider_port"]
+    # the second trusts the system store, which does not know the test's CA: Envoy refuses the certificate
     down = {"metadata": {"namespace": "team", "name": "down", "creationTimestamp": "2026-12-02T00:00:00Z"},
             "spec": {"baseURL": f"https://localhost:{port}/v1", "keySecretRef": {"name": "acme-key"},
                      "connectTimeoutSeconds": 2, "models": [{"name": "down-model"}]}}
@@ -195,6 +202,13 @@ def test_a_provider_that_cannot_be_reached_is_an_openai_503(door: dict[str, Any]
         got = _eventually(answer)
         assert got.status_code == 503, got.text
         assert got.json()["error"]["code"] == "provider_unavailable" and got.json()["error"]["type"] == "server_error"
+        import asyncio
+
+        upstream = catalogue.upstreams["team/down"]
+        reason, message = asyncio.run_coroutine_threadsafe(
+            service.probe(upstream, dataplane.SYSTEM_CA_FILE, 2), door["running"].loop).result(10)
+        assert reason == (providers.UNREACHABLE if case == "closed port" else providers.TLS_FAILED), message
+        assert PROVIDER_KEY not in message
     finally:
         door["running"].loop.call_soon_threadsafe(book.set_catalogue, old)
 
