@@ -24,10 +24,12 @@ def infd(name: str, *, ns: str = "a", served: str | None = None, min_replicas: i
 
 
 def pod(owner: str, ip: str | None, *, ns: str = "a", ready: bool = True, deleting: bool = False,
-        worker: str | None = None) -> dict[str, Any]:
+        worker: str | None = None, role: str | None = None) -> dict[str, Any]:
     labels = {routes.INSTANCE_LABEL: owner}
     if worker is not None:
         labels[routes.WORKER_INDEX_LABEL] = worker
+    if role is not None:
+        labels[routes.ROLE_LABEL] = role
     meta: dict[str, Any] = {"name": f"{owner}-{ip}", "namespace": ns, "labels": labels}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-02T00:00:00Z"
@@ -44,7 +46,10 @@ def pod(owner: str, ip: str | None, *, ns: str = "a", ready: bool = True, deleti
     ([pod("m", "10.0.0.1", ns="b")], ()),
     # multi-node: only the group leader serves the API
     ([pod("m", "10.0.0.1", worker="0"), pod("m", "10.0.0.2", worker="1")], ("10.0.0.1:8000",)),
-], ids=["sorted", "not-ready", "terminating", "no-ip", "other-owner", "other-namespace", "leaders-only"])
+    # disaggregated: callers reach the decode engines, which prefill themselves without a hand-off
+    ([pod("m", "10.0.0.1", role="prefill"), pod("m", "10.0.0.2", role="decode")], ("10.0.0.2:8000",)),
+], ids=["sorted", "not-ready", "terminating", "no-ip", "other-owner", "other-namespace", "leaders-only",
+        "decode-only"])
 def test_endpoints_are_ready_serving_pods(pods: list[dict[str, Any]], expected: tuple[str, ...]) -> None:
     table = routes.build_table([infd("m")], pods)
     assert table.get("m").endpoints == expected

@@ -23,6 +23,7 @@ from typing import Any
 
 INSTANCE_LABEL = "shardwise.io/inference-deployment"  # render/labels.py INSTANCE_LABEL
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+ROLE_LABEL = "shardwise.io/role"  # render/disaggregation.py ROLE_LABEL
 ENGINE_PORT = 8000  # render/vllm_args.py VLLM_PORT
 # Comma-separated adapter names the engine of this pod serves (written by controller/adapters.py).
 LOADED_ADAPTERS_ANNOTATION = "shardwise.io/loaded-adapters"
@@ -75,6 +76,11 @@ def _ready(pod: Obj) -> bool:
         return False
     labels = meta.get("labels") or {}
     if labels.get(WORKER_INDEX_LABEL, "0") != "0":  # a multi-node worker: only the leader serves
+        return False
+    # A disaggregated pair answers callers from its decode engines (they prefill themselves when no
+    # prefill engine handed them the KV), as the model's Service does; a prefill engine only
+    # produces KV for them, so a whole request sent there would bypass the split.
+    if labels.get(ROLE_LABEL) == "prefill":
         return False
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
 
