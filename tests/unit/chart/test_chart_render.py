@@ -326,3 +326,30 @@ def test_the_chart_carries_the_apikey_crd_byte_for_byte() -> None:
     root = pathlib.Path(__file__).resolve().parents[3]
     assert (root / "crds/apikeys.shardwise.io.yaml").read_text() == \
         (root / "charts/shardwise/files/apikeys.shardwise.io.yaml").read_text()
+
+
+def test_gateway_providers_read_providers_write_their_status_and_turn_on_envoys_cds(render: Render,
+                                                                                    tmp_path: pathlib.Path) -> None:
+    import json
+    import shlex
+    import subprocess
+    import sys
+
+    assert not [o for o in render("gateway.enabled=true") if o["kind"] == "CustomResourceDefinition"
+                and o["metadata"]["name"] == "providers.shardwise.io"]
+    objects = render("gateway.enabled=true", "gateway.providers.enabled=true")
+    rules = rules_of(objects, "ClusterRole", "rel-shardwise-gateway")
+    assert rules[("shardwise.io", "providers")] == {"get", "list", "watch"}
+    assert rules[("shardwise.io", "providers/status")] == {"patch"}
+    assert rules[("", "secrets")] == {"list", "watch"} and rules[("", "events")] == {"create"}
+    assert find(objects, "CustomResourceDefinition", "providers.shardwise.io")["spec"]["names"]["kind"] == "Provider"
+    pod = find(objects, "Deployment", "rel-shardwise-gateway")["spec"]["template"]["spec"]
+    args = pod["containers"][1]["args"]
+    assert "--providers" in args and "--provider-probe-interval=30" in args
+    command = shlex.split(pod["initContainers"][0]["args"][0].partition(">")[0])
+    bootstrap = json.loads(subprocess.run([sys.executable, "-m", "shardwise.cli", *command[1:]], capture_output=True,
+                                          text=True, check=True).stdout)
+    assert "cds_config" in bootstrap["dynamic_resources"]
+    root = pathlib.Path(__file__).resolve().parents[3]
+    assert (root / "crds/providers.shardwise.io.yaml").read_text() == \
+        (root / "charts/shardwise/files/providers.shardwise.io.yaml").read_text()
