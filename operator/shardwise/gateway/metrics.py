@@ -44,6 +44,10 @@ INTERNAL_ERRORS = prom.Counter("shardwise_gateway_internal_errors", "Requests th
                                 registry=REGISTRY)
 XDS_REJECTED = prom.Counter("shardwise_gateway_xds_rejected", "Routes or endpoints Envoy refused (NACKs; it keeps "
                             "the last version it accepted).", registry=REGISTRY)
+PREFILL_LEGS = prom.Counter("shardwise_gateway_prefill_legs", "Requests to a disaggregated pair by how their prefill "
+                            "went (prefilled: on a prefill engine; failed: that engine failed and decode did both; "
+                            "short, cached, no_prefill_engine, not_generation: sent whole to decode).",
+                            ["model", "outcome"], registry=REGISTRY)
 
 # Per API key (key = namespace/name of its APIKey, never the key itself; "anonymous" when allowed).
 KEY_REQUESTS = prom.Counter("shardwise_gateway_key_requests", "Requests by API key, model and HTTP status code "

@@ -140,6 +140,7 @@ class Generation:
                     plan.prompt_tokens,
                     now - self.arrival,
                     step_tokens=plan.prompt_tokens + engine.running - 1,
+                    loaded=plan.kv_loaded,
                 )
             else:
                 assert self.last_token_at is not None

@@ -234,7 +234,7 @@ class EngineMetrics:
         )
         self.prompt_tokens_computed = by_source.labels(*ident, "local_compute")
         by_source.labels(*ident, "local_cache_hit")
-        by_source.labels(*ident, "external_kv_transfer")
+        self.prompt_tokens_transferred = by_source.labels(*ident, "external_kv_transfer")
         counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
         cached_by_source = Counter(
             "vllm:prompt_tokens_cached_by_source",
@@ -427,7 +427,7 @@ class EngineMetrics:
         names = ",".join(adapters)
         self.lora_info.labels(self._max_lora, names, names).set_to_current_time()
 
-    def observe_prefill(self, prompt_tokens: int, ttft_s: float, step_tokens: int) -> None:
+    def observe_prefill(self, prompt_tokens: int, ttft_s: float, step_tokens: int, loaded: bool = False) -> None:
         """The engine step that computed a prompt and produced its first token.
 
         `step_tokens` is that step's size: the prompt plus one decode token per other running
@@ -437,7 +437,8 @@ class EngineMetrics:
         self.ttft.observe(ttft_s)
         self.iteration_tokens.observe(step_tokens)
         self.prompt_tokens.inc(prompt_tokens)
-        self.prompt_tokens_computed.inc(prompt_tokens)
+        # A decode engine given kv_transfer_params loads the prompt's KV (vLLM counts it by source).
+        (self.prompt_tokens_transferred if loaded else self.prompt_tokens_computed).inc(prompt_tokens)
         self.prefix_cache_queries.inc(prompt_tokens)
         self.generation_tokens.inc()
 

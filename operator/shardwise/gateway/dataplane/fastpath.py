@@ -71,7 +71,9 @@ def version_of(resource: Any) -> str:
 
 def fast_models(table: routes.Table) -> list[routes.Route]:
     """The models Envoy routes by itself: those with a ready endpoint, in name order."""
-    return sorted((r for r in table.models() if r.endpoints), key=lambda r: r.model)
+    # A disaggregated pair with a ready prefill engine takes the picker: its prefill leg is a call
+    # the service makes before routing the decode (decide/disaggregation.py), not Envoy's to make.
+    return sorted((r for r in table.models() if r.endpoints and not r.prefill_endpoints), key=lambda r: r.model)
 
 
 def _fast_route(route: routes.Route, path: str, keyed: bool = False) -> dict[str, Any]:

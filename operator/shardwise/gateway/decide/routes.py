@@ -45,6 +45,10 @@ class Route:
     usd_per_million_output_tokens: float | None = None  # status.cost.perMillionOutputTokensUSD
     base: str | None = None  # for a LoRA adapter: the served name of the model it adapts
     unavailable: str | None = None  # for an adapter no replica can load: status.adapters' message
+    # A disaggregated pair: its ready prefill engines (the request's prefill goes there first,
+    # decide/disaggregation.py) and each engine's node (prefill near its decode engine).
+    prefill_endpoints: tuple[str, ...] = ()
+    nodes: tuple[tuple[str, str], ...] = ()  # (IP:PORT, node name), every engine of the deployment
 
     @property
     def waking(self) -> bool:
@@ -70,7 +74,8 @@ def served_name(infd: Obj) -> str:
     return ((spec.get("model") or {}).get("servedName") or infd["metadata"]["name"])
 
 
-def _ready(pod: Obj) -> bool:
+def _ready(pod: Obj, *, prefill: bool = False) -> bool:
+    """Serving callers (prefill=True: a prefill engine counts too, for the P/D split)."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     if meta.get("deletionTimestamp") or not status.get("podIP"):
         return False
@@ -80,7 +85,7 @@ def _ready(pod: Obj) -> bool:
     # A disaggregated pair answers callers from its decode engines (they prefill themselves when no
     # prefill engine handed them the KV), as the model's Service does; a prefill engine only
     # produces KV for them, so a whole request sent there would bypass the split.
-    if labels.get(ROLE_LABEL) == "prefill":
+    if labels.get(ROLE_LABEL) == "prefill" and not prefill:
         return False
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
 
@@ -126,9 +131,32 @@ def adapter_names(infd: Obj) -> list[str]:
     return [str(a["name"]) for a in (infd.get("spec") or {}).get("adapters") or () if isinstance(a, dict) and a.get("name")]
 
 
+def _prefill_pods(pods: Iterable[Obj]) -> tuple[dict[tuple[str, str], tuple[str, ...]],
+                                                 dict[tuple[str, str], tuple[tuple[str, str], ...]]]:
+    """(namespace, deployment) -> its ready prefill engines, and -> (endpoint, node) of every ready
+    engine (either role) whose pod names its node."""
+    prefill: dict[tuple[str, str], set[str]] = {}
+    nodes: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        owner = labels.get(INSTANCE_LABEL)
+        if not owner or not _ready(pod, prefill=True):
+            continue
+        key, endpoint = (meta.get("namespace") or "", owner), f"{pod['status']['podIP']}:{ENGINE_PORT}"
+        if labels.get(ROLE_LABEL) == "prefill":
+            prefill.setdefault(key, set()).add(endpoint)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            nodes.setdefault(key, set()).add((endpoint, node))
+    return ({k: tuple(sorted(v)) for k, v in prefill.items()}, {k: tuple(sorted(v)) for k, v in nodes.items()})
+
+
 def build_table(infds: Iterable[Obj], pods: Iterable[Obj]) -> Table:
     """The whole table from the two stores (deterministic whatever their order)."""
+    pods = list(pods)
     serving = _serving_pods(pods)
+    prefill, nodes = _prefill_pods(pods)
     endpoints = {key: tuple(sorted(by_endpoint)) for key, by_endpoint in serving.items()}
     routes: dict[str, Route] = {}
     bases: list[tuple[Route, Obj]] = []
@@ -155,7 +183,9 @@ def build_table(infds: Iterable[Obj], pods: Iterable[Obj]) -> Table:
                               scale_to_zero=autoscaling.get("minReplicas") == 0,
                               desired_replicas=int(desired),
                               created=meta.get("creationTimestamp") or "",
-                              usd_per_million_output_tokens=_price(infd))
+                              usd_per_million_output_tokens=_price(infd),
+                              prefill_endpoints=prefill.get((ns, meta["name"]), ()),
+                              nodes=nodes.get((ns, meta["name"]), ()))
         bases.append((routes[model], infd))
     for base, infd in bases:  # adapters only once every base model has its name
         failures = adapter_failures(infd)
@@ -167,7 +197,9 @@ def build_table(infds: Iterable[Obj], pods: Iterable[Obj]) -> Table:
                 continue
             having = serving.get((base.namespace, base.name), {})
             loaded_on = tuple(sorted(e for e, loaded in having.items() if adapter in loaded))
+            # prefill_endpoints=(): a prefill engine may not have the adapter loaded; decode does both.
             routes[adapter] = dataclasses.replace(base, model=adapter, base=base.model, endpoints=loaded_on,
+                                                  prefill_endpoints=(),
                                                   unavailable=None if loaded_on else failures.get(adapter))
     return Table(routes=routes, conflicts=tuple(conflicts))
 

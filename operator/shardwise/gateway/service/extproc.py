@@ -32,10 +32,11 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from shardwise.gateway import metrics
 from shardwise.gateway.dataplane import envoy
 from shardwise.gateway.dataplane import extproc_messages as messages
-from shardwise.gateway.decide import keys, openai_errors, picker, requests
+from shardwise.gateway.decide import disaggregation, keys, openai_errors, picker, requests
 from shardwise.gateway.decide.openai_errors import Refusal
 from shardwise.gateway.service.dispatcher import Dispatcher
 from shardwise.gateway.service.gatekeeper import Gatekeeper, Ticket
+from shardwise.gateway.service.prefill import PrefillLegs
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,10 @@ def request_id_of(first: pb.ProcessingRequest) -> str:
 
 
 class ExtProc(pb_grpc.ExternalProcessorServicer):
-    def __init__(self, dispatcher: Dispatcher, gatekeeper: Gatekeeper | None = None, providers: Any = None) -> None:
+    def __init__(self, dispatcher: Dispatcher, gatekeeper: Gatekeeper | None = None, providers: Any = None,
+                 prefill: PrefillLegs | None = None) -> None:
         self.dispatcher = dispatcher
+        self.prefill = prefill or PrefillLegs()  # disaggregated pairs: the prefill leg before the decode
         self.gatekeeper = gatekeeper  # None: no keys (every caller is served)
         self.providers = providers  # service/providers.Book, or None: no hosted models
         self.tracebacks = Tracebacks()
@@ -165,7 +168,10 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
                 yield messages.immediate(choice, "shardwise_refused")
                 return
             try:
-                mutated = requests.with_stream_usage(path, body) if key is not None else None
+                outgoing = await self._prefilled(model, choice, path, body, first)
+                mutated = requests.with_stream_usage(path, outgoing) if key is not None else None
+                if mutated is None and outgoing is not body:
+                    mutated = disaggregation.encode(outgoing)
                 yield messages.routed(choice, model, key_id=key.id if key is not None else None, body=mutated)
                 async for _ in stream:  # nothing more is sent in this mode; wait for the request's end
                     pass
@@ -174,6 +180,18 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
         finally:
             if ticket is not None and self.gatekeeper is not None:
                 self.gatekeeper.release(ticket)
+
+    async def _prefilled(self, model: str, decode: str, path: str, body: dict[str, Any],
+                         first: pb.ProcessingRequest) -> dict[str, Any]:
+        """The decode leg's body: the client's, with the kv_transfer_params of a prefill leg when
+        the model is a disaggregated pair and its prefill went to a prefill engine."""
+        route = self.dispatcher.table.get(model)
+        if route is None or not route.prefill_endpoints:
+            return body
+        # A client's own kv_transfer_params would have a decode engine pull KV from any host it names.
+        own = {k: v for k, v in body.items() if k != "kv_transfer_params"} if "kv_transfer_params" in body else body
+        leg = await self.prefill.before_decode(self.dispatcher, route, decode, path, own, request_id_of(first))
+        return own if leg.params is None else disaggregation.decode_body(own, leg.params)
 
     def _hosted(self, model: str) -> Any:
         """The provider's model when no deployment serves the name (a self-hosted name is never shadowed)."""

@@ -74,6 +74,7 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {**{k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion", "deletionTimestamp")
                             if k in meta},
                          **({"annotations": {routes.LOADED_ADAPTERS_ANNOTATION: loaded}} if loaded else {})},
+            "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},  # P/D pairs kept on a node
             "status": {"podIP": status.get("podIP"),
                        "conditions": [c for c in status.get("conditions") or () if c.get("type") == "Ready"]}}
 
