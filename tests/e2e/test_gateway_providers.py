@@ -53,14 +53,14 @@ class Setup:
     def __init__(self, kubectl: Kubectl, door: FrontDoor, fake: FakeProvider, token: str, narrow: str) -> None:
         self.kubectl, self.door, self.fake, self.token, self.narrow = kubectl, door, fake, token, narrow
 
-    def key(self, name: str, models: list[str]) -> str:
+    def key(self, name: str, models: list[str], **limits: int) -> str:
         """A new key (Secret + APIKey), created as the docs say; returns the token."""
         token = f"sk-{uuid.uuid4().hex}"
         self.kubectl.run("create", "secret", "generic", f"{name}-key", f"--from-literal=key={token}")
         self.kubectl.run("label", "secret", f"{name}-key", "shardwise.io/api-key=true")
         self.kubectl.apply_yaml(json.dumps({"apiVersion": "shardwise.io/v1alpha1", "kind": "APIKey",
                                             "metadata": {"name": name},
-                                            "spec": {"secretName": f"{name}-key", "models": models}}))
+                                            "spec": {"secretName": f"{name}-key", "models": models, **limits}}))
         return token
 
     def client(self, token: str | None = None) -> openai.OpenAI:
@@ -114,10 +114,13 @@ def _status(front: Setup, kind: str, name: str) -> dict[str, Any]:
 
 
 def test_one_url_one_key_a_self_hosted_and_a_hosted_model_charged_at_the_provider_prices(front: Setup) -> None:
-    token = front.key("billed", [LOCAL, HOSTED])  # a key of its own: its status counts this test's requests only
-    client = front.client(token)
-    eventually(lambda: {m.id for m in client.models.list()} == {LOCAL, HOSTED}, timeout=30, what="new key in force")
+    client = front.client()
+    assert {m.id for m in client.models.list()} == {LOCAL, HOSTED}
     assert client.chat.completions.create(model=LOCAL, messages=[{"role": "user", "content": "a"}], max_tokens=2)
+    # A key of its own for the hosted requests: its status counts them only (a self-hosted request is
+    # charged at its deployment's status price, which the operator moves as it measures).
+    client = front.client(front.key("billed", [HOSTED]))
+    eventually(lambda: [m.id for m in client.models.list()] == [HOSTED], timeout=30, what="new key in force")
     seen_before = len(front.fake.seen)
     expected = 0.0
     for i in range(3):
@@ -131,9 +134,8 @@ def test_one_url_one_key_a_self_hosted_and_a_hosted_model_charged_at_the_provide
     reached = front.fake.seen[seen_before:]
     assert len(reached) == 4 and all(s["model"] == UPSTREAM_ID and s["authorization"] == f"Bearer {PROVIDER_KEY}"
                                      for s in reached)
-    # the self-hosted request costs 0 (no price on its deployment's status in this cluster)
-    status = eventually(lambda: (s := _status(front, "apikey", "billed")).get("requests") == 5 and s or None,
-                        timeout=30, what="5 requests on the key's status")
+    status = eventually(lambda: (s := _status(front, "apikey", "billed")).get("requests") == 4 and s or None,
+                        timeout=30, what="4 requests on the key's status")
     assert abs(status["costUSD"] - expected) <= 0.01 * expected, (status, expected)
 
 
@@ -142,6 +144,15 @@ def test_a_key_without_the_hosted_model_gets_404_and_the_list_leaves_it_out(fron
     assert [m.id for m in narrow.models.list()] == [LOCAL]
     with pytest.raises(openai.NotFoundError):
         narrow.chat.completions.create(model=HOSTED, messages=[{"role": "user", "content": "x"}])
+
+
+def test_a_hosted_model_obeys_the_key_quota(front: Setup) -> None:
+    token = front.key("once", [HOSTED], requestsPerMinute=1)
+    eventually(lambda: _chat(front, HOSTED, token=token).status_code == 200, timeout=30, what="quota key in force")
+    seen = len(front.fake.seen)
+    over = _chat(front, HOSTED, token=token)
+    assert over.status_code == 429 and over.json()["error"]["type"] == "requests" and int(over.headers["retry-after"]) >= 1
+    assert len(front.fake.seen) == seen  # refused before the provider
 
 
 def test_provider_faults_reach_the_client_openai_shaped(front: Setup) -> None:

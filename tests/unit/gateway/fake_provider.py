@@ -46,12 +46,14 @@ class FakeProvider:
 
     def __init__(self) -> None:
         self.seen: list[dict[str, Any]] = []  # authorization, model and path of every request
+        self.headers: list[dict[str, str]] = []  # every header of every request
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         body = await request.json() if request.can_read_body else {}
         self.seen.append({"authorization": request.headers.get("authorization"), "path": request.path,
                           "model": body.get("model"), "host": request.headers.get("host")})
+        self.headers.append(dict(request.headers))
         if request.headers.get("authorization") != f"Bearer {PROVIDER_KEY}":
             return web.json_response({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
                                                  "param": None, "code": "invalid_api_key"}}, status=401)

@@ -44,6 +44,11 @@ log = logging.getLogger(__name__)
 CLUSTERS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 PROVIDER_HEADER = envoy.PROVIDER_HEADER  # the cluster the provider route sends to; set by the picker only
 SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
+# Removed before the provider: what it has no use for. The model and key-id headers and the
+# cluster's name stay: the access log and the failure mapper read them from the same header map
+# (Envoy's upstream request shares the downstream headers; measured: removing them on the route or
+# in an upstream filter left the request uncounted).
+NOT_FOR_PROVIDERS = (envoy.AFFINITY_HEADER, envoy.MODEL_MATCH_HEADER)
 _TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 _HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
@@ -90,6 +95,7 @@ def route() -> dict[str, Any]:
             "route": {"cluster_header": PROVIDER_HEADER, "timeout": "0s", "auto_host_rewrite": True,
                       # Only a connection that never opened is retried: nothing reached the provider.
                       "retry_policy": {"retry_on": "connect-failure", "num_retries": 1}},
+            "request_headers_to_remove": list(NOT_FOR_PROVIDERS),
             "typed_per_filter_config": fastpath._NO_KEYS_FILTER}  # noqa: SLF001 - the keys filter has run already
 
 
