@@ -36,6 +36,9 @@ def register(subparsers: Any) -> None:
                        help="held body bytes per model before a 429")
     serve.add_argument("--wake-interval", type=float, default=5.0, help="seconds between wake signals per model")
     serve.add_argument("--scrape-interval", type=float, default=2.0, help="seconds between engine /metrics scrapes")
+    serve.add_argument("--pd-min-prompt-tokens", type=int, default=256,
+                       help="a disaggregated pair's request prefills on a prefill engine only with at least this many "
+                            "prompt tokens (estimated) beyond what its decode engine was already sent")
     serve.add_argument("--no-fast-path", action="store_true",
                        help="send every request through the ext_proc picker (engine queue and KV-cache use in "
                             "every pick), not only those Envoy cannot route itself (docs/gateway.md)")
@@ -91,6 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
         wake_interval_s=args.wake_interval, scrape_interval_s=args.scrape_interval,
         fast_path=not args.no_fast_path, providers=args.providers, system_ca_file=args.system_ca_file,
         provider_probe_interval_s=args.provider_probe_interval,
+        pd_min_prompt_tokens=args.pd_min_prompt_tokens,
         auth=gatekeeper.AuthSettings(anonymous=args.auth_anonymous, redis_url=args.redis_url,
                                      redis_prefix=args.redis_prefix, fallback_share=args.quota_fallback_share,
                                      status_interval_s=args.key_status_interval,

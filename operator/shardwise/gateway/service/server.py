@@ -32,7 +32,7 @@ from shardwise.gateway import metrics
 from shardwise.gateway.console import page as console, web as consoleweb
 from shardwise.gateway.dataplane import fastpath, keys_lua, xds
 from shardwise.gateway.decide import holding, overload, picker, routes
-from shardwise.gateway.service import enginestats, extproc
+from shardwise.gateway.service import enginestats, extproc, prefill
 from shardwise.gateway.service.dispatcher import Dispatcher
 from shardwise.gateway.service.gatekeeper import AuthSettings, Gatekeeper
 from shardwise.gateway.service.observer import AccessLog, Observer
@@ -66,6 +66,7 @@ class Settings:
     providers: bool = False  # hosted providers (service/providers.py); Envoy needs `envoy-config --providers`
     system_ca_file: str = "/etc/ssl/certs/ca-certificates.crt"  # the trust of Providers without a CA bundle
     provider_probe_interval_s: float = 30.0
+    pd_min_prompt_tokens: int = 256  # decide/disaggregation.DEFAULT_MIN_PROMPT_TOKENS
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -318,8 +319,9 @@ class Gateway:
                                                               self.stop)
                          and self._loop.call_soon_threadsafe(self._synced), name="sync", daemon=True).start()
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
-        pb_grpc.add_ExternalProcessorServicer_to_server(extproc.ExtProc(self.dispatcher, self.gatekeeper, self.providers),
-                                                        server)
+        pb_grpc.add_ExternalProcessorServicer_to_server(
+            extproc.ExtProc(self.dispatcher, self.gatekeeper, self.providers,
+                            prefill.PrefillLegs(min_prompt_tokens=self.settings.pd_min_prompt_tokens)), server)
         if self.providers is not None:  # the provider clusters, over CDS on a stream of their own
             from envoy.service.cluster.v3 import cds_pb2_grpc
 
