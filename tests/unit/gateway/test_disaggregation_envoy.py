@@ -29,7 +29,8 @@ from shardwise_runtime.sim.config import EngineConfig
 from shardwise_runtime.sim.engine import Engine
 from tests.unit.gateway.envoy_harness import envoy_beside
 
-MODELS = ("pd", "pd-dead", "pd-reset")
+MODELS = ("pd", "pd-dead", "pd-reset", "pd-decode-dies")
+FIRST_CHUNK = b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Incident"}}]}\n\n'
 LONG = "Summarise the attached incident report for the on-call engineer, step by step. " * 40  # ~800 tokens
 
 
@@ -42,6 +43,16 @@ def _config(role: str) -> EngineConfig:
 async def _dropping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """A prefill engine that dies mid-request: it reads the request, then the connection is gone."""
     await reader.readuntil(b"\r\n\r\n")
+    writer.transport.abort()
+
+
+async def _dying_decode(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A decode engine that dies mid-stream: the headers and one chunk, then the connection is gone."""
+    await reader.readuntil(b"\r\n\r\n")
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                 b"%x\r\n%s\r\n" % (len(FIRST_CHUNK), FIRST_CHUNK))
+    await writer.drain()
+    await asyncio.sleep(0.2)
     writer.transport.abort()
 
 
@@ -62,6 +73,7 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             runners.append(runner)
             parts[name] = f"127.0.0.1:{port}"
         dropping = await asyncio.start_server(_dropping, "127.0.0.1", 0)
+        dying = await asyncio.start_server(_dying_decode, "127.0.0.1", 0)
         closed = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
         dead = f"127.0.0.1:{closed.sockets[0].getsockname()[1]}"
         closed.close()  # nothing listens there any more
@@ -69,7 +81,9 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         table = routes.Table(routes={
             "pd": _route("pd", parts["decode"], parts["prefill"]),
             "pd-dead": _route("pd-dead", parts["decode"], dead),
-            "pd-reset": _route("pd-reset", parts["decode"], f"127.0.0.1:{dropping.sockets[0].getsockname()[1]}")})
+            "pd-reset": _route("pd-reset", parts["decode"], f"127.0.0.1:{dropping.sockets[0].getsockname()[1]}"),
+            "pd-decode-dies": _route("pd-decode-dies", f"127.0.0.1:{dying.sockets[0].getsockname()[1]}",
+                                     parts["prefill"])})
         dispatcher = Dispatcher()
         dispatcher.synced.set()
         dispatcher.set_table(table)
@@ -80,6 +94,7 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
         def close() -> None:  # called on the loop as it ends: the engines' sites stop with it
             dropping.close()
+            dying.close()
             asyncio.ensure_future(servicer.prefill.close())
             for runner in runners:
                 asyncio.ensure_future(runner.cleanup())
@@ -162,3 +177,18 @@ def test_a_dead_or_dying_prefill_engine_leaves_the_request_to_decode(door, model
     d1 = _engine_metrics(door["decode"])
     assert _delta(d0, d1, COMPUTED) == prompt_tokens and _delta(d0, d1, LOADED) == 0
     assert _legs(model, "failed") == failed + 1
+
+
+def test_a_decode_engine_dying_mid_stream_breaks_the_stream_after_what_it_sent(door) -> None:
+    """As for any engine today: Envoy has sent the headers, so it cannot answer otherwise; the
+    client gets the chunk before and then an error, not a hang or a clean end."""
+    p0 = _engine_metrics(door["prefill"])
+    body = {"model": "pd-decode-dies", "messages": [{"role": "user", "content": LONG}], "stream": True}
+    received = b""
+    with pytest.raises(httpx.RemoteProtocolError):
+        with httpx.stream("POST", f"{door['url']}/chat/completions", json=body, timeout=60) as response:
+            assert response.status_code == 200
+            for piece in response.iter_raw():
+                received += piece
+    assert received == FIRST_CHUNK
+    assert _delta(p0, _engine_metrics(door["prefill"]), PREFILLS) == 1  # its prefill leg had happened
