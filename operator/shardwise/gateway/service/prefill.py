@@ -52,13 +52,15 @@ class PrefillLegs:
         matched = self.memory.matched(decode_endpoint, hashes)
         cached = min(prompt_tokens, matched * disaggregation.BLOCK_CHARS // disaggregation.CHARS_PER_TOKEN)
         self.memory.record(decode_endpoint, hashes)  # it holds this prompt after this request, either way
+        self._seq += 1
+        if self._seq % 1000 == 0:  # forget the engines that are gone
+            self.memory.retain({e for r in dispatcher.table.models() for e in r.endpoints})
         why = disaggregation.whole_on_decode(path, prompt_tokens, cached, route.prefill_endpoints,
                                              self.min_prompt_tokens)
         if why is not None:
             return self._counted(route, Leg(why))
         outstanding = dispatcher.outstanding
         loads = {e: picker.load_of(e, outstanding, dispatcher.stats) for e in route.prefill_endpoints}
-        self._seq += 1
         endpoint = disaggregation.pick_prefill(route.prefill_endpoints, decode_endpoint, dict(route.nodes), loads,
                                                self._seq)
         outstanding[endpoint] = outstanding.get(endpoint, 0) + 1

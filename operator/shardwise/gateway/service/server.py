@@ -266,7 +266,8 @@ class Gateway:
         async with aiohttp.ClientSession(timeout=timeout) as session:
             reader = enginestats.EngineStatsReader(session)
             while True:
-                endpoints = sorted({e for r in self.dispatcher.table.models() for e in r.endpoints})
+                # prefill engines too: a pair's prefill leg goes to the least loaded (service/prefill.py)
+                endpoints = sorted({e for r in self.dispatcher.table.models() for e in (*r.endpoints, *r.prefill_endpoints)})
                 reader.retain(set(endpoints))
                 found = await asyncio.gather(*(self._scrape_one(reader, e) for e in endpoints))
                 self.dispatcher.stats = {e: s for e, s in zip(endpoints, found) if s is not None}
