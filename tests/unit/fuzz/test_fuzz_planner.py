@@ -42,8 +42,9 @@ def assert_plan_invariants(plan: plans.Plan, nodes: list[dict[str, Any]],
         return
     tp, pp, per_node, n = (plan.tensor_parallel, plan.pipeline_parallel, plan.gpus_per_node,
                            plan.nodes_per_replica)
-    assert tp and pp and per_node and n
-    assert tp * pp == plan.gpus_per_replica == n * per_node
+    dp = plan.data_parallel  # a data-parallel MoE plan runs DP engines of TP x PP GPUs each
+    assert tp and pp and dp and per_node and n
+    assert tp * pp * dp == plan.gpus_per_replica == n * per_node
     if request.tensor is not None:
         assert (tp, pp) == (request.tensor, request.pipeline)
     # The named nodes: of the plan's product, able to hold a pod of `per_node` GPUs. A node's
