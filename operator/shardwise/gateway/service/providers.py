@@ -121,10 +121,11 @@ async def probe(upstream: providers.Upstream, system_ca_file: str, timeout_s: fl
 
 
 class Watch:
-    """The informers, the rebuild and the condition writer; `self_hosted` names what deployments serve."""
+    """The informers, the rebuild and the condition writer; `self_hosted` names what deployments serve
+    (None until they are listed: no catalogue before then)."""
 
     def __init__(self, kube: Kube, book: Book, namespaces: tuple[str, ...], *,
-                 self_hosted: Callable[[], Iterable[str]] = tuple, system_ca_file: str = dataplane.SYSTEM_CA_FILE,
+                 self_hosted: Callable[[], Iterable[str] | None] = tuple, system_ca_file: str = dataplane.SYSTEM_CA_FILE,
                  probe_interval_s: float = 30.0, on_contact: Callable[[bool], None] | None = None) -> None:
         self.kube, self.book, self.self_hosted = kube, book, self_hosted
         self.system_ca_file, self.probe_interval_s = system_ca_file, probe_interval_s
@@ -165,9 +166,11 @@ class Watch:
 
     def rebuild(self) -> None:
         self._pending = False
+        self_hosted = self.self_hosted()
+        if self_hosted is None:  # the deployments not listed yet: a name they serve must never go to a provider
+            return
         objects = [o for i in self.providers for o in i.items() if not o["metadata"].get("deletionTimestamp")]
-        self.book.set_catalogue(providers.build(objects, [s for i in self.secrets for s in i.items()],
-                                                self.self_hosted()))
+        self.book.set_catalogue(providers.build(objects, [s for i in self.secrets for s in i.items()], self_hosted))
 
     def desired(self, obj: dict[str, Any]) -> tuple[str, str, str]:
         pid = f"{obj['metadata'].get('namespace', '')}/{obj['metadata'].get('name', '')}"

@@ -153,7 +153,8 @@ class Gateway:
             self.provider_watch = hosted.Watch(
                 kube, self.providers, settings.namespaces, system_ca_file=settings.system_ca_file,
                 probe_interval_s=settings.provider_probe_interval_s, on_contact=self.contact.mark,
-                self_hosted=lambda: list(self.dispatcher.table.routes) if self.dispatcher is not None else [])
+                self_hosted=lambda: list(self.dispatcher.table.routes)
+                if self.dispatcher is not None and self.dispatcher.synced.is_set() else None)
             self.threads += self.provider_watch.threads(self.stop)
         if settings.auth is not None:  # API keys: their informers, the quota store, the status writer
             from shardwise.gateway.service.keyring import Keyring
