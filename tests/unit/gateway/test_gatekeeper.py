@@ -55,6 +55,44 @@ def test_unlimited_keys_never_touch_the_store():
     assert isinstance(asyncio.run(gate.admit(table().lookup("sk-1"))), gatekeeper.Ticket) and store.calls == 0
 
 
+class RecordingStore:
+    def __init__(self):
+        self.charged, self.handed_in = [], []
+
+    async def charge(self, key, tokens, usage):
+        self.charged.append((key.id, tokens))
+
+    async def add_usage(self, usage):
+        self.handed_in.append({k: v.as_fields() for k, v in usage.items()})
+
+    async def ping(self):
+        return True
+
+
+def test_usage_without_a_tokens_limit_is_handed_in_batched_and_with_one_charged_at_once():
+    store = RecordingStore()
+    gate = gatekeeper.Gatekeeper(gatekeeper.AuthSettings(probe_interval_s=0.01), store=store)
+    gate.set_table(table(requestsPerMinute=60))  # a requests limit: no tokens bucket to charge
+
+    async def run():
+        for _ in range(3):
+            gate.charge("n/k", "m", 5, 7)
+        assert store.charged == [] and gate.pending["n/k"].requests == 3
+        watch = asyncio.create_task(gate.watch_store())
+        for _ in range(500):
+            if store.handed_in:
+                break
+            await asyncio.sleep(0.01)
+        watch.cancel()
+        gate.set_table(table(tokensPerMinute=600))
+        gate.charge("n/k", "m", 5, 7)
+        await asyncio.sleep(0)
+    asyncio.run(run())
+    (handed,) = store.handed_in  # one hand-in for the three responses, counted once
+    assert handed["n/k"]["requests"] == 3 and handed["n/k"]["completion"] == 21 and not gate.pending
+    assert store.charged == [("n/k", 12)]  # a tokens limit: its bucket is charged at once, as before
+
+
 def test_streams_are_asked_for_their_usage():
     body = {"model": "m", "stream": True, "messages": []}
     assert json.loads(requests.with_stream_usage("/v1/chat/completions", body))["stream_options"] == {

@@ -156,7 +156,10 @@ class Gatekeeper:
             metrics.KEY_COST.labels(key_id).inc(cost_micro / 1e6)
         usage = quota.Usage(requests=1, prompt=prompt, completion=completion, cost_micro_usd=cost_micro)
         key = self._by_id.get(key_id) or keys.Key(id=key_id, models=frozenset())
-        if self.store is not None and self.store_up:
+        # A key without a tokens limit has no bucket to charge at once: its usage joins what is
+        # handed in with the next probe (one pipelined round trip a second for every such key,
+        # not a script per response: the keyed fast path's share of the service's CPU).
+        if self.store is not None and self.store_up and key.tokens_per_minute is not None:
             self._spawn(self._charge_shared(key, prompt + completion, usage))
         else:
             self.local.charge(key, prompt + completion, self._clock())
