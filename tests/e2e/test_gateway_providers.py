@@ -117,6 +117,7 @@ def test_one_url_one_key_a_self_hosted_and_a_hosted_model_charged_at_the_provide
     client = front.client()
     assert {m.id for m in client.models.list()} == {LOCAL, HOSTED}
     assert client.chat.completions.create(model=LOCAL, messages=[{"role": "user", "content": "a"}], max_tokens=2)
+    assert client.chat.completions.create(model=HOSTED, messages=[{"role": "user", "content": "a"}], max_tokens=2)
     # A key of its own for the hosted requests: its status counts them only (a self-hosted request is
     # charged at its deployment's status price, which the operator moves as it measures).
     client = front.client(front.key("billed", [HOSTED]))

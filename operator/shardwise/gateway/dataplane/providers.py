@@ -166,16 +166,18 @@ class ClusterDiscovery(cds_pb2_grpc.ClusterDiscoveryServiceServicer):
 
         reader = asyncio.create_task(read())
         sent: str | None = None
+        waiter: asyncio.Future[bool] = asyncio.ensure_future(asked.wait())
         try:
-            await asyncio.wait([reader, asyncio.ensure_future(asked.wait())], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([reader, waiter], return_when=asyncio.FIRST_COMPLETED)
             while not reader.done():
                 changed = self._changed
                 if sent != self._version:
                     sent = self._version
                     yield discovery_pb2.DiscoveryResponse(version_info=sent, type_url=CLUSTERS,
                                                           nonce=str(next(nonces)), resources=list(self._packed))
+                waiter.cancel()
                 waiter = asyncio.ensure_future(changed.wait())
                 await asyncio.wait([reader, waiter], return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
         finally:
             reader.cancel()
+            waiter.cancel()
