@@ -249,7 +249,17 @@ def test_through_the_picker_every_response_names_its_engine_as_the_access_log_do
     pod = front.kubectl.get("pods", selector=f"shardwise.io/inference-deployment={METERED}")["items"][0]
     engine, door = f"{pod['status']['podIP']}:8000", front.a
     series = f'shardwise_gateway_served_requests_total{{endpoint="{engine}",model="{METERED}"}}'
-    eventually(lambda: _post(door, token, METERED).status_code == 200, timeout=30, what="the key works")
+    answered: list[int] = []  # the warm-up's answers through this engine, until the key works
+
+    def works() -> bool:
+        ok = _post(door, token, METERED).status_code == 200
+        answered.extend([1] if ok else [])
+        return ok
+    eventually(works, timeout=30, what="the key works")
+    # `before` is read once the warm-up's access log entries are in (the key's own series counts
+    # them), so a late entry cannot land between it and the two requests this test counts.
+    own = f'shardwise_gateway_key_requests_total{{code="200",key="{front.kubectl.namespace}/engine-named",model="{METERED}"}}'
+    eventually(lambda: _metric(door, own) == len(answered), timeout=10, what="the warm-up's access log entries")
     before = _metric(door, series)
     answer = _post(door, token, METERED, max_tokens=2, path="chat/completions")
     assert answer.status_code == 200 and answer.headers["x-gateway-destination-endpoint-served"] == engine
