@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 from envoy.data.accesslog.v3 import accesslog_pb2
@@ -56,6 +56,8 @@ class Observation:
     events: int | None  # a stream's content events; None: not a stream
     usage: str | None  # the text from the response's last usage key on
     endpoint: str | None = None  # IP:PORT of the engine that served it: the client's SERVED_HEADER
+    request_id: str = ""  # Envoy's x-request-id (the usage record's idempotency key)
+    start_unix_s: float | None = None  # when Envoy got the request
 
     @property
     def streaming(self) -> bool:
@@ -101,12 +103,16 @@ def observation_of(entry: accesslog_pb2.HTTPAccessLogEntry) -> Observation | Non
                        complete=complete, ttft_s=ttft, e2e_s=e2e,
                        events=int(events) if isinstance(events, float) and events >= 0 else None,
                        usage=text if isinstance(text, str) else None,
-                       endpoint=entry.response.response_headers.get(envoy.SERVED_HEADER) or None)
+                       endpoint=entry.response.response_headers.get(envoy.SERVED_HEADER) or None,
+                       request_id=entry.request.request_id,
+                       start_unix_s=start_us / 1e6 if start_us is not None else None)
 
 
 class Observer:
-    def __init__(self, gatekeeper: Gatekeeper | None = None) -> None:
+    def __init__(self, gatekeeper: Gatekeeper | None = None,
+                 export: Callable[[Observation], None] | None = None) -> None:
         self.gatekeeper = gatekeeper
+        self.export = export  # the usage record's sinks (service/export.py): queued, never awaited here
 
     def record(self, seen: Observation) -> None:
         model, code = seen.model, seen.code
@@ -140,6 +146,8 @@ class Observer:
                 seen = observation_of(entry)
                 if seen is not None:
                     self.record(seen)
+                    if self.export is not None:
+                        self.export(seen)
             except Exception:  # noqa: BLE001 - one odd entry must not end the stream of the others
                 log.exception("access log entry not recorded")
 
