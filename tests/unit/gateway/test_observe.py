@@ -252,8 +252,10 @@ def test_the_lua_filter_raised_no_error(door) -> None:
 # -- the entry's parsing, without Envoy ------------------------------------------------------
 
 def _entry(model: str | None = "m", code: int | None = 200, meta: dict | None = None, *, key: str | None = None,
-           start_us: int = 1_000_000_000, last_tx_ms: int | None = 900) -> accesslog_pb2.HTTPAccessLogEntry:
+           start_us: int = 1_000_000_000, last_tx_ms: int | None = 900,
+           request_id: str = "") -> accesslog_pb2.HTTPAccessLogEntry:
     entry = accesslog_pb2.HTTPAccessLogEntry()
+    entry.request.request_id = request_id
     if model is not None:
         entry.request.request_headers[envoy.MODEL_HEADER] = model
     if key is not None:
@@ -273,10 +275,11 @@ def _entry(model: str | None = "m", code: int | None = 200, meta: dict | None = 
 def test_an_entry_read() -> None:
     seen = observer.observation_of(_entry(meta={"first_byte_us": "1000250000", "end": True, "events": 6.0,
                                                 "usage": '"usage":{"prompt_tokens":17,"completion_tokens":6}'},
-                                          key="ns/k"))
+                                          key="ns/k", request_id="req-1"))
     assert seen == observer.Observation(model="m", key_id="ns/k", code="200", complete=True, ttft_s=0.25,
                                         e2e_s=0.9, events=6,
-                                        usage='"usage":{"prompt_tokens":17,"completion_tokens":6}')
+                                        usage='"usage":{"prompt_tokens":17,"completion_tokens":6}',
+                                        request_id="req-1", start_unix_s=1000.0)
     assert seen.tokens() == (17, 6)
 
 
