@@ -4,6 +4,7 @@ Envoy bootstrap that goes with it (the chart and `make demo` render it from here
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -61,6 +62,17 @@ def register(subparsers: Any) -> None:
                        help="seconds between APIKey status writes (by the Lease holder only)")
     serve.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"),
                        help="namespace of the status writer's Lease shardwise-gateway-keys")
+    serve.add_argument("--usage-stdout", action="store_true",
+                       help="a usage record per request as a JSON line on stdout (docs/usage-export.md)")
+    serve.add_argument("--usage-webhook", action="append", default=[], metavar="URL",
+                       help="POST usage records to this URL as signed NDJSON batches (repeatable)")
+    serve.add_argument("--usage-webhook-secret-file", default="",
+                       help="the HMAC-SHA256 signing secret (a file, e.g. from a Secret); empty: unsigned")
+    serve.add_argument("--usage-buffer", type=int, default=10000,
+                       help="records held per webhook while its receiver is away; beyond: dropped and counted")
+    serve.add_argument("--usage-batch", type=int, default=500, help="records per webhook POST at most")
+    serve.add_argument("--usage-flush-interval", type=float, default=1.0,
+                       help="seconds a partial webhook batch waits at most")
     serve.set_defaults(handler=_serve)
 
     config = commands.add_parser("envoy-config", help="print the Envoy bootstrap (JSON)")
@@ -80,7 +92,7 @@ def register(subparsers: Any) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from shardwise.gateway.service import gatekeeper, server
+    from shardwise.gateway.service import export, gatekeeper, server
     from shardwise.kube.client import Kube
 
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"),
@@ -99,6 +111,13 @@ def _serve(args: argparse.Namespace) -> int:
                                      redis_prefix=args.redis_prefix, fallback_share=args.quota_fallback_share,
                                      status_interval_s=args.key_status_interval,
                                      lease_namespace=args.lease_namespace) if args.auth else None)
+    secret = b""
+    if args.usage_webhook_secret_file:
+        with open(args.usage_webhook_secret_file, "rb") as f:
+            secret = f.read().strip()
+    settings = dataclasses.replace(settings, usage_stdout=args.usage_stdout, usage_webhooks=tuple(
+        export.WebhookSettings(url, secret=secret, buffer=args.usage_buffer, batch=args.usage_batch,
+                               flush_interval_s=args.usage_flush_interval) for url in args.usage_webhook))
     asyncio.run(server.Gateway(Kube(field_manager="shardwise-gateway"), settings).run())
     return 0
 

@@ -64,3 +64,12 @@ QUOTA_CHECK = prom.Histogram("shardwise_gateway_quota_check_seconds", "Time the 
                              "request (one Redis round trip, or the local fallback).",
                              buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
                              registry=REGISTRY)
+
+# Usage records out of the cluster (service/export.py; sink: "stdout" or "webhook:HOST:PORT").
+USAGE_EXPORTED = prom.Counter("shardwise_gateway_usage_exported", "Usage records delivered (stdout: written; "
+                              "webhook: acknowledged 2xx).", ["sink"], registry=REGISTRY)
+USAGE_DROPPED = prom.Counter("shardwise_gateway_usage_dropped", "Usage records lost (reason: buffer_full while the "
+                             "receiver was slow or away, rejected by a 4xx, sink_error).", ["sink", "reason"],
+                             registry=REGISTRY)
+USAGE_BUFFERED = prom.Gauge("shardwise_gateway_usage_buffered", "Usage records waiting for their webhook.", ["sink"],
+                            registry=REGISTRY)

@@ -67,6 +67,8 @@ class Settings:
     system_ca_file: str = "/etc/ssl/certs/ca-certificates.crt"  # the trust of Providers without a CA bundle
     provider_probe_interval_s: float = 30.0
     pd_min_prompt_tokens: int = 256  # decide/disaggregation.DEFAULT_MIN_PROMPT_TOKENS
+    usage_stdout: bool = False  # a usage record per request as a JSON line on stdout (docs/usage-export.md)
+    usage_webhooks: tuple[Any, ...] = ()  # export.WebhookSettings: signed NDJSON batches
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -163,6 +165,26 @@ class Gateway:
             self.keyring = Keyring(kube, self.gatekeeper, settings.namespaces, on_contact=self.contact.mark)
             self.gatekeeper.on_table = self._keys_changed
             self.threads += self.keyring.threads(self.stop)
+        self.export: Any = None  # service/export.Export, with --usage-stdout or --usage-webhook
+        if settings.usage_stdout or settings.usage_webhooks:
+            from shardwise.gateway.service import export
+
+            sinks: list[Any] = [export.StdoutSink()] if settings.usage_stdout else []
+            sinks += [export.WebhookSink(w) for w in settings.usage_webhooks]
+            self.export = export.Export(sinks, price_of=self._price_of, cost_of=self._hosted_cost,
+                                        served_of=self._served_of)
+
+    def _served_of(self, model: str, endpoint: str | None) -> Any:
+        """Who served a request to `model` (its usage record): the deployment's engine, or the provider."""
+        from shardwise.gateway.decide import records
+
+        route = self.dispatcher.table.get(model) if self.dispatcher is not None else None
+        if route is not None:
+            return records.Served(records.ENGINE, endpoint or "", route.namespace)
+        hosted = self.providers.get(model) if self.providers is not None else None
+        if hosted is not None:
+            return records.Served(records.PROVIDER, hosted.provider, hosted.namespace)
+        return records.Served(records.ENGINE, endpoint, None) if endpoint else None
 
     def _hosted_cost(self, model: str, prompt: int, completion: int) -> int | None:
         """micro-USD at the provider's prices for a hosted model (not one a deployment serves)."""
@@ -329,7 +351,7 @@ class Gateway:
 
             cds_pb2_grpc.add_ClusterDiscoveryServiceServicer_to_server(self.providers.cds, server)
         # The observe filter's access log (the same port, the same Envoy cluster): one entry per request.
-        als_pb2_grpc.add_AccessLogServiceServicer_to_server(AccessLog(Observer(self.gatekeeper)), server)
+        als_pb2_grpc.add_AccessLogServiceServicer_to_server(AccessLog(Observer(self.gatekeeper, self.export)), server)
         # And Envoy's routes and fast-path endpoints, over ADS.
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.discovery, server)
         server.add_insecure_port(f"{self.settings.grpc_host}:{self.settings.grpc_port}")
@@ -349,6 +371,8 @@ class Gateway:
         tasks = [asyncio.create_task(self._tick()), asyncio.create_task(self._scrape())]
         if self.provider_watch is not None:
             tasks.append(asyncio.create_task(self.provider_watch.run()))
+        if self.export is not None:
+            tasks += self.export.tasks()
         if self.keyring is not None and self.gatekeeper is not None:
             self.keyring.attach(self._loop)
             tasks += [asyncio.create_task(self.gatekeeper.watch_store()),
@@ -362,6 +386,8 @@ class Gateway:
             await server.stop(grace=5.0)
             for task in tasks:
                 task.cancel()
+            if self.export is not None:  # the records of the last requests, bounded
+                await self.export.drain()
             self.stop.set()
             await runner.cleanup()
             await metrics_runner.cleanup()
