@@ -55,6 +55,8 @@ def _arch(name: str, inline: Mapping[str, Any]) -> models.ModelArch:
             head_dim=int(raw["headDim"]),
             parameters=params,
             active_parameters=float(raw.get("activeParameters", params)),
+            experts=int(raw.get("experts", 0)),
+            experts_per_token=int(raw.get("expertsPerToken", 0)),
             source=str(raw["source"]),
         )
     arch = models.lookup_model(name)
@@ -90,8 +92,10 @@ def kv_capacity_tokens(
     gpu_memory_mib: int,
     tp: int,
     pp: int,
+    dp: int = 1,
 ) -> float:
-    """Tokens of KV cache one replica holds after weights and overhead (the memory model's room)."""
+    """Tokens of KV cache one replica holds after weights and overhead (the memory model's room;
+    DP: every rank's room, each rank holding attention and shared weights whole)."""
     fit = memory.memory_per_gpu(
         arch,
         bytes_per_weight=bytes_per_weight,
@@ -101,8 +105,9 @@ def kv_capacity_tokens(
         gpu_memory_mib=gpu_memory_mib,
         tp=tp,
         pp=pp,
+        dp=dp,
     )
-    room = (fit.usable_gib - fit.fixed_gib) * memory.GIB
+    room = (fit.usable_gib - fit.fixed_gib) * memory.GIB * dp
     per_token = (
         arch.kv_elements_per_token() * kv_bytes_per_element
         * memory.stage_share(arch.layers, pp) / min(tp, arch.kv_heads)
@@ -127,16 +132,23 @@ class Case:
     pp: int
     measured: Mapping[str, float]
     engine: str = ""
+    dp: int = 1  # DP engines (vLLM --data-parallel-size, SGLang/TensorRT-LLM attention DP)
+    ep: bool = False  # experts sharded over the TP x DP ranks
 
     @property
     def engine_family(self) -> str:
         return engine_family(self.engine)
+
+    @property
+    def layout(self) -> tuple[int, int, int, bool]:
+        return self.tp, self.pp, self.dp, self.ep
 
 
 def case(raw: Mapping[str, Any], inline: Mapping[str, Any]) -> Case:
     arch = _arch(str(raw["model"]), inline)
     gpu = gpus.lookup_gpu(str(raw["gpu"]))
     tp, pp = int(raw["tp"]), int(raw["pp"])
+    dp, ep = int(raw.get("dp", 1)), bool(raw.get("ep"))
     weights = str(raw["weights"])
     bpw = _WEIGHT_BYTES[weights]
     kv_bytes = 1.0 if raw.get("kvCacheDtype") == "fp8" else 2.0
@@ -148,6 +160,7 @@ def case(raw: Mapping[str, Any], inline: Mapping[str, Any]) -> Case:
         gpu_memory_mib=gpu.memory_mib,
         tp=tp,
         pp=pp,
+        dp=dp,
     )
     max_seqs = int(raw.get("maxNumSeqs", 256))
     saturation = bool(raw.get("saturation"))
@@ -173,8 +186,9 @@ def case(raw: Mapping[str, Any], inline: Mapping[str, Any]) -> Case:
         else f"rate={rate:g}/s" if rate is not None
         else f"C={raw['concurrency']}"
     )
+    shape = (f"DP{dp}x" if dp > 1 else "") + f"TP{tp}xPP{pp}" + (f"xEP{tp * dp}" if ep else "")
     label = (
-        f"{arch.name} {weights} {gpu.product} TP{tp}xPP{pp} "
+        f"{arch.name} {weights} {gpu.product} {shape} "
         f"{raw['prompt']}/{raw['output']} {load}"
     )
     return Case(
@@ -187,6 +201,8 @@ def case(raw: Mapping[str, Any], inline: Mapping[str, Any]) -> Case:
         pp=pp,
         measured={k: float(v) for k, v in (raw.get("measured") or {}).items()},
         engine=str(raw.get("engine", "")),
+        dp=dp,
+        ep=ep,
     )
 
 
@@ -197,8 +213,13 @@ def cases(data: Mapping[str, Any] | None = None) -> list[Case]:
 
 
 def predicted(c: Case, eff: efficiency.Efficiency | None = None) -> dict[str, float]:
-    p = performance.predict(c.work, c.hw, c.tp, c.pp, eff)
-    return {"ttftMs": p.ttft_s * 1e3, "itlMs": p.itl_s * 1e3, "tokensPerSecond": p.tokens_per_s}
+    eff = eff or efficiency.fitted()
+    p = performance.predict(c.work, c.hw, c.tp, c.pp, eff, dp=c.dp, ep=c.ep)
+    # The engine's own speed against vLLM's (efficiency.engine_factor): its steps take this much
+    # of vLLM's time, fitted where a source measured one model on one GPU with both engines.
+    f = eff.engine_factor(c.engine_family)
+    return {"ttftMs": p.ttft_s * 1e3 * f, "itlMs": p.itl_s * 1e3 * f,
+            "tokensPerSecond": p.tokens_per_s / f}
 
 
 @dataclass(frozen=True)
@@ -240,15 +261,17 @@ def _same_except(a: Case, b: Case) -> str | None:
         wa.arch == wb.arch
         and wa.bytes_per_weight == wb.bytes_per_weight
         and (wa.prompt_tokens, wa.output_tokens) == (wb.prompt_tokens, wb.output_tokens)
-        and (wa.batched_tokens, wa.kv_bytes_per_element) == (wb.batched_tokens, wb.kv_bytes_per_element)
+        and wa.kv_bytes_per_element == wb.kv_bytes_per_element
+        # SGLang's DP attention divides the prefill budget over its ranks: part of the layout.
+        and (wa.batched_tokens == wb.batched_tokens or a.dp != b.dp)
         and wa.request_rate == wb.request_rate
         and a.hw.memory_bandwidth_gbps == b.hw.memory_bandwidth_gbps
     )
     if not same_work:
         return None
-    if (a.tp, a.pp) == (b.tp, b.pp) and wa.concurrency != wb.concurrency:
+    if a.layout == b.layout and wa.concurrency != wb.concurrency:
         return "load"
-    if (a.tp, a.pp) != (b.tp, b.pp) and wa.concurrency == wb.concurrency:
+    if a.layout != b.layout and wa.concurrency == wb.concurrency:
         return "layout"
     return None
 
@@ -305,9 +328,12 @@ def comparisons(
     for raw in data.get("orderings") or []:
         base = {**raw["base"], "source": raw["source"], "measured": {}}
         a, b = case(base, inline), case({**base, **raw["other"]}, inline)
+        # `stated: higher | lower`: the source states the order in words, with no figure; only the
+        # sign of the ratio is used (Ordering.agrees), so 2 and 1/2 stand for it.
+        ratio = (float(raw["measuredRatio"]) if "measuredRatio" in raw
+                 else {"higher": 2.0, "lower": 0.5}[str(raw["stated"])])
         out.append(Comparison(
-            str(raw["source"]), str(raw["metric"]), f"layout: {a.label} -> {b.label}", a, b,
-            float(raw["measuredRatio"]),
+            str(raw["source"]), str(raw["metric"]), f"layout: {a.label} -> {b.label}", a, b, ratio,
         ))
     return out
 
@@ -356,9 +382,13 @@ FIT_BOUNDS = {
     "request_overhead_s": (1e-3, 20e-3),
     "stream_overhead_s": (0.01e-3, 5e-3),
     "intake_s": (0.5e-3, 30e-3),
+    # An engine's step time over vLLM's: published engine comparisons on one model and GPU differ
+    # by 1.2-2x (GPUStack's DeepSeek-R1 on 8 x H200: SGLang 1.21x vLLM's tokens/s).
+    "engine": (0.4, 2.5),
+    "moe_width": (64.0, 16384.0),
 }
 _SCALAR_KEYS = ("step_overhead_s", "layer_overhead_s", "moe_layer_overhead_s", "overlap",
-                "request_overhead_s", "stream_overhead_s", "intake_s")
+                "request_overhead_s", "stream_overhead_s", "intake_s", "moe_width")
 
 
 def objective(
@@ -386,6 +416,8 @@ def objective(
 
 
 def _with(eff: efficiency.Efficiency, key: str, value: float) -> efficiency.Efficiency:
+    if key.startswith("engine."):
+        return dataclasses.replace(eff, engines={**eff.engines, key.split(".", 1)[1]: value})
     if key == "*.compute":
         families = {k: dataclasses.replace(v, compute=value) for k, v in eff.families.items()}
         return dataclasses.replace(eff, families=families)
@@ -397,6 +429,8 @@ def _with(eff: efficiency.Efficiency, key: str, value: float) -> efficiency.Effi
 
 
 def _get(eff: efficiency.Efficiency, key: str) -> float:
+    if key.startswith("engine."):
+        return eff.engine_factor(key.split(".", 1)[1])
     if key == "*.compute":
         return float(eff.families["default"].compute)
     if "." in key:
@@ -411,12 +445,28 @@ def _own_families(all_cases: Sequence[Case]) -> list[str]:
     return sorted(f for f, n in counts.items() if n >= MIN_FAMILY_CASES)
 
 
+def _workload_key(c: Case) -> tuple[Any, ...]:
+    w = c.work
+    return (c.source, w.arch.name, w.bytes_per_weight, c.hw.memory_bandwidth_gbps,
+            w.prompt_tokens, w.output_tokens, w.concurrency, w.burst, w.request_rate)
+
+
+def paired_engines(all_cases: Sequence[Case]) -> list[str]:
+    """Engine families other than vLLM that some source measured on the same model, GPU and
+    workload as vLLM: the only evidence of an engine's own speed that is not also the model's
+    error on a workload vLLM was never measured on."""
+    vllm = {_workload_key(c) for c in all_cases if c.engine_family == "vllm"}
+    return sorted({c.engine_family for c in all_cases
+                   if c.engine_family != "vllm" and _workload_key(c) in vllm})
+
+
 def fit(
     eff: efficiency.Efficiency,
     all_cases: Sequence[Case],
     rounds: int = 6,
     pairs: Sequence[Comparison] | None = None,
     progress: Callable[[int, float], None] | None = None,
+    only: Sequence[str] | None = None,
 ) -> efficiency.Efficiency:
     """Coordinate descent from `eff`: memory efficiency per family with its own entry, one compute
     efficiency for all (only Hopper cases are compute-bound enough to pin it; a per-family compute
@@ -424,11 +474,14 @@ def fit(
     pairs = comparisons(all_cases) if pairs is None else pairs
     keys = [f"{f}.memory" for f in _own_families(all_cases) if f in eff.families]
     keys += ["*.compute", *_SCALAR_KEYS]
+    keys += [f"engine.{e}" for e in paired_engines(all_cases)]
+    if only is not None:  # e.g. ("moe_width", "engine"): the rest stays as `eff` has it
+        keys = [k for k in keys if k in only or k.split(".")[0] in only]
     best = objective(eff, all_cases, pairs)
     for round_ in range(rounds):
         step = 0.25 / (round_ + 1)
         for key in keys:
-            low, high = FIT_BOUNDS[key.split(".")[-1]]
+            low, high = FIT_BOUNDS["engine" if key.startswith("engine.") else key.split(".")[-1]]
             for factor in (math.exp(step), math.exp(-step), math.exp(2 * step), math.exp(-2 * step)):
                 current = _get(eff, key)
                 value = min(high, max(low, current * factor if current > 0 else 0.05))
@@ -447,6 +500,7 @@ def refit(
     rounds: int = 6,
     pairs: Sequence[Comparison] | None = None,
     progress: Callable[[int, float], None] | None = None,
+    only: Sequence[str] | None = None,
 ) -> efficiency.Efficiency:
     """The whole fitting procedure on `all_cases`, from `start`'s constants: families with at
     least MIN_FAMILY_CASES cases get their own memory efficiency (a family without an entry in
@@ -456,7 +510,14 @@ def refit(
     families = {k: v for k, v in start.families.items() if k in own or k == "default"}
     for name in own - set(families):
         families[name] = start.family(name)
-    eff = fit(dataclasses.replace(start, families=families), all_cases, rounds, pairs, progress)
+    paired = set(paired_engines(all_cases))
+    engines = {k: v for k, v in start.engines.items() if k in paired}
+    if only is not None and "memory" not in only:
+        families = dict(start.families)  # memory efficiencies stay as committed
+    eff = fit(dataclasses.replace(start, families=families, engines=engines), all_cases, rounds,
+              pairs, progress, only)
+    if only is not None and "memory" not in only:
+        return eff
     fitted = [v for k, v in eff.families.items() if k != "default"] or [eff.families["default"]]
     default = efficiency.FamilyEfficiency(
         memory=statistics.geometric_mean(f.memory for f in fitted),
@@ -482,35 +543,57 @@ class Fold:
     orderings: tuple[Ordering, ...]  # their same-source comparisons under that fit
 
 
+def release(c: Case) -> str:
+    """The engine release a case ran on, as the source states it (vllm-0.11.0, sglang-0.5.3)."""
+    return c.engine or c.source
+
+
 def cross_validate(
     data: Mapping[str, Any] | None = None,
     start: efficiency.Efficiency | None = None,
     rounds: int = 6,
+    by: str = "publisher",
 ) -> list[Fold]:
     """For each publisher with cases: refit (refit(), from `start`, default the committed
     constants) on every other publisher's cases and comparisons, then predict the held-out ones.
 
     The starting point is the committed fit, which saw the sources it was fitted on
     (efficiency.yaml); the descent moves away from it on the reduced set, but for those sources
-    the start is not entirely blind. Sources added after that fit never informed it."""
+    the start is not entirely blind. Sources added after that fit never informed it.
+
+    `by="release"` holds out one engine release at a time instead (every case run on
+    vllm-0.11.0, then on sglang-0.5.3, ...): whether the figures carry to an engine version the
+    fit never saw. A comparison is held out with its cases (both run on one release)."""
     data = data or dataset()
     start = start or efficiency.fitted()
     every = cases(data)
     pairs = comparisons(every, data)
-    groups: dict[str, list[str]] = {}
-    for source in data["sources"]:
-        groups.setdefault(publisher(data, source), []).append(source)
+    if by == "release":
+        keys = {id(c): release(c) for c in every}
+        names = sorted(set(keys.values()))
+        members = {name: (name,) for name in names}
+    else:
+        keys = {id(c): publisher(data, c.source) for c in every}
+        members = {}
+        for source in data["sources"]:
+            members.setdefault(publisher(data, source), ())
+            members[publisher(data, source)] += (source,)
     folds = []
-    for group, sources in groups.items():
-        held = [c for c in every if c.source in sources]
+    for group, sources in members.items():
+        held = [c for c in every if keys[id(c)] == group]
         if not held:
             continue  # ratio-only sources: nothing to predict, their comparisons stay in training
-        train = [c for c in every if c.source not in sources]
-        eff = refit(start, train, rounds, [p for p in pairs if p.source not in sources])
-        held_pairs = [p for p in pairs if p.source in sources]
+        held_ids = {id(c) for c in held}
+        train = [c for c in every if id(c) not in held_ids]
+        # A ratio-only comparison's cases are its own (not in `every`): its source decides.
+        held_pair = [p for p in pairs if id(p.a) in held_ids or id(p.b) in held_ids
+                     or (by == "publisher" and p.source in sources)]
+        dropped = {id(p) for p in held_pair}
+        kept = [p for p in pairs if id(p) not in dropped]
+        eff = refit(start, train, rounds, kept)
         folds.append(Fold(
             group, tuple(sources), eff, tuple(errors(held, eff)),
-            tuple(orderings(held, eff, data, held_pairs)),
+            tuple(orderings(held, eff, data, held_pair)),
         ))
     return folds
 
@@ -581,7 +664,7 @@ def band_mapping(errs: Sequence[Error]) -> dict[str, dict[str, dict[str, float]]
 
 def efficiency_mapping(eff: efficiency.Efficiency, all_cases: Sequence[Case]) -> dict[str, Any]:
     """efficiency.yaml's body: the constants and the in-sample error bands of the fit."""
-    return {
+    body: dict[str, Any] = {
         "families": {name: {"memory": round(f.memory, 3), "compute": round(f.compute, 3)}
                      for name, f in sorted(eff.families.items())},
         "stepOverheadMs": round(eff.step_overhead_s * 1e3, 3),
@@ -591,8 +674,11 @@ def efficiency_mapping(eff: efficiency.Efficiency, all_cases: Sequence[Case]) ->
         "requestOverheadMs": round(eff.request_overhead_s * 1e3, 2),
         "streamOverheadMs": round(eff.stream_overhead_s * 1e3, 3),
         "intakeMs": round(eff.intake_s * 1e3, 3),
-        "errorBands": band_mapping(errors(all_cases, eff)),
+        "moeFullRateWidth": round(eff.moe_width, 1),
+        "engineFactors": {k: round(v, 3) for k, v in sorted(eff.engines.items())},
     }
+    # The bands of the constants as written (rounded), which is what a plan will use.
+    return {**body, "errorBands": band_mapping(errors(all_cases, efficiency.from_mapping(body)))}
 
 
 def held_out_band_mapping(folds: Sequence[Fold]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:

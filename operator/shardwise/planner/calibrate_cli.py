@@ -66,10 +66,15 @@ def bands_body(folds: list[calibrate.Fold] | None = None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("fit", "bands", "check"))
+    parser.add_argument(
+        "--only", default=None,
+        help="fit: these constants alone (comma-separated: moe_width, engine, intake_s, memory, ...),"
+             " the rest kept as committed")
     args = parser.parse_args(argv)
     cases = calibrate.cases()
     if args.command == "fit":
-        eff = calibrate.refit(efficiency.fitted(), cases,
+        only = args.only.split(",") if args.only else None
+        eff = calibrate.refit(efficiency.fitted(), cases, only=only,
                               progress=lambda n, best: print(f"round {n}: objective {best:.4f}"))
         _write("efficiency.yaml", _header("efficiency.yaml"), calibrate.efficiency_mapping(eff, cases))
         efficiency.fitted.cache_clear()

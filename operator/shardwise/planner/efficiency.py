@@ -59,9 +59,19 @@ class Efficiency:
     # and engine core intake: parse, template, tokenize, schedule); bounds a burst's request rate.
     intake_s: float = 0.0
     bands: dict[str, dict[str, ErrorBand]] = field(default_factory=dict)  # family -> metric -> band
+    # Engine family (sglang, trtllm) -> its step time over vLLM's for the same model, GPU and
+    # layout, fitted only where a source measured both (calibrate.paired_engines); vLLM and an
+    # engine no source paired are 1.
+    engines: dict[str, float] = field(default_factory=dict)
+    # Columns per GPU an expert's GEMMs need to run at the dense rate (performance.py); 0: no
+    # penalty for narrow expert slices.
+    moe_width: float = 0.0
 
     def family(self, name: str) -> FamilyEfficiency:
         return self.families.get(name) or self.families["default"]
+
+    def engine_factor(self, engine: str) -> float:
+        return self.engines.get(engine, 1.0)
 
     def band_family(self, family: str) -> str:
         """The family whose bands describe `family`: its own when every metric it has rests on
@@ -97,6 +107,9 @@ def from_mapping(raw: dict[str, object]) -> Efficiency:
         stream_overhead_s=float(raw.get("streamOverheadMs", 0.0)) / 1e3,  # type: ignore[arg-type]
         intake_s=float(raw.get("intakeMs", 0.0)) / 1e3,  # type: ignore[arg-type]
         bands=bands,
+        moe_width=float(raw.get("moeFullRateWidth", 0.0)),  # type: ignore[arg-type]
+        engines={str(k): float(v)
+                 for k, v in (raw.get("engineFactors") or {}).items()},  # type: ignore[attr-defined]
     )
 
 

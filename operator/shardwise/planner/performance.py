@@ -238,6 +238,14 @@ class _Engine:
             return layers * self.ep_link.all_reduce_s(tp * dp, message * dp)
         return layers * self.hw.tp_link.all_reduce_s(tp, message)
 
+    def expert_width(self) -> float:
+        """Columns of one expert's up-projection on one GPU (0: experts unknown)."""
+        arch = self.work.arch
+        if arch.experts <= 0:
+            return 0.0
+        inner = arch.routed_expert_parameters / (arch.layers * arch.experts * 3 * arch.hidden_size)
+        return inner if self.ep else inner / (self.tp * self.dp)
+
     @property
     def share(self) -> float:
         return memory.stage_share(self.work.arch.layers, self.pp)
@@ -259,15 +267,23 @@ class _Engine:
         tokens = decode + prefill
         layers = math.ceil(arch.layers / self.pp)
         attention = 4 * layers * arch.attention_heads * arch.head_dim / tp
-        flops = 2 * arch.active_parameters * tokens * share / tp
+        # The routed experts' FLOPs run as grouped GEMMs as wide as one GPU's slice of an expert:
+        # tensor parallelism cuts DeepSeek-V3's 2,048-wide experts to 256 columns on TP8, too
+        # narrow to keep the tensor cores busy; EP keeps every expert whole on its GPU. Below the
+        # fitted width (eff.moe_width) they run at that fraction of the dense rate.
+        routed = _active_routed(arch)
+        width = self.expert_width()
+        moe_share = min(1.0, width / self.eff.moe_width) if self.eff.moe_width > 0 < width else 1.0
+        flops = 2 * (arch.active_parameters - routed) * tokens * share / tp
         flops += attention * (decode * context + prefill * prompt / 2)
+        expert_flops = 2 * routed * tokens * share / tp
         kv_per_token = (
             arch.kv_elements_per_token() * self.work.kv_bytes_per_element * share
             / min(tp, arch.kv_heads)
         )
         read = self._weight_read(tokens)
         read += (decode * context + prefill) * kv_per_token
-        compute_s = flops / self.peak_flops()
+        compute_s = (flops + expert_flops / moe_share) / self.peak_flops()
         memory_s = read / (self.hw.memory_bandwidth_gbps * 1e9 * fam.memory)
         fixed = self.eff.layer_overhead_s + (self.eff.moe_layer_overhead_s if arch.is_moe else 0)
         message = tokens * arch.hidden_size * ACTIVATION_BYTES
@@ -352,9 +368,15 @@ def _steady(engine: _Engine, running: float) -> _Steady:
     alone = chunks * engine.step_s(0.0, chunk, prompt, prompt, chunk=True)
     busy_share = min(0.95, running / request * alone) if busy else 0.0
     prefill += busy_share / (2 * (1 - busy_share)) * alone
-    # The API server's per-request work (tokenizing, scheduling, streaming) is serial on its CPU:
-    # a new request's first token waits longer the more streams it is already serving.
-    overhead = engine.eff.request_overhead_s + engine.eff.stream_overhead_s * (running - 1)
+    # The engine's fixed per-request cost (HTTP, template, tokenizer, first scheduling) plus a wait
+    # for the API server: its CPU streams every other sequence's token each step (stream overhead
+    # per sequence and step; one API server fronts every DP rank). A new request queues behind
+    # that work as far as it fills the step (its utilization, work / step): all of it once the
+    # CPU is the bottleneck (a 0.5B model on an L4 steps in milliseconds), little of it when the
+    # steps are long (a 70B model's 20 ms steps at 4 req/s; issue 38: low-load TTFT was 3-5x over).
+    others = engine.eff.stream_overhead_s * max(running * engine.dp - 1, 0.0)
+    cpu = min(1.0, others / step) if step > 0 else 0.0
+    overhead = engine.eff.request_overhead_s + others * cpu
     return _Steady(
         running=running,
         itl_s=step,
@@ -362,6 +384,14 @@ def _steady(engine: _Engine, running: float) -> _Steady:
         request_s=prefill + overhead + (output - 1) * step,
         tokens_per_s=running * output / (life * cycle),
     )
+
+
+def _active_routed(arch: models.ModelArch) -> float:
+    """Routed-expert parameters one token uses (active less attention, shared experts, embeddings)."""
+    if not arch.is_moe:
+        return 0.0
+    rest = arch.parameters - arch.routed_expert_parameters
+    return max(0.0, arch.active_parameters - rest)
 
 
 def _floor_bytes(work: Workload, dp: int) -> float:

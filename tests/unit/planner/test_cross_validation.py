@@ -22,6 +22,14 @@ from shardwise.planner import calibrate, calibrate_cli, efficiency
 FLOORS = {("vllm", "itlMs"): 0.95, ("vllm", "tokensPerSecond"): 0.88, ("vllm", "ttftMs"): 0.90,
           ("all", "itlMs"): 0.95, ("all", "tokensPerSecond"): 0.88, ("all", "ttftMs"): 0.90}
 ISSUE_TARGETS = {("vllm", "itlMs"): 0.85, ("vllm", "tokensPerSecond"): 0.85, ("vllm", "ttftMs"): 0.70}
+# Sources added for issue 38 (EP/DP and three engines on DeepSeek-R1): their figures are held out
+# like every other's but scored on their own floors below, so the floors above keep guarding the
+# figures they were set on (today on those: vLLM ITL 100 % of 46, tokens/s 94 % of 52, TTFT 92 %
+# of 13; all engines ITL 100 % of 68, tokens/s 93 % of 100, TTFT 95 % of 22).
+ISSUE_38_SOURCES = {"gpustack-deepseek-r1-h200", "vllm-recipe-deepseek-r1-h200"}
+# EP/DP figures (a layout with DP or EP) held out, within 2x: today ITL 5 of 6, tokens/s 3 of 7
+# (issue 38's target is 80 % for both: tokens/s is not met, docs/planner-calibration.md says why).
+EP_FLOORS = {"itlMs": 0.8, "tokensPerSecond": 0.4}
 
 
 @functools.cache
@@ -31,7 +39,8 @@ def _folds() -> tuple[calibrate.Fold, ...]:
 
 @pytest.mark.parametrize(("family", "metric"), sorted(FLOORS))
 def test_held_out_share_within_2x_stays_above_its_floor(family: str, metric: str) -> None:
-    held = calibrate.scores(calibrate.held_out_errors(_folds()))[(family, metric)]
+    errs = [e for e in calibrate.held_out_errors(_folds()) if e.case.source not in ISSUE_38_SOURCES]
+    held = calibrate.scores(errs)[(family, metric)]
     assert held.within_2 >= FLOORS[(family, metric)], held
 
 
@@ -40,6 +49,30 @@ def test_every_publisher_is_held_out_and_predicted_by_a_fit_that_never_saw_it() 
     assert len({f.group for f in folds}) == len(folds) >= 5
     for fold in folds:
         assert fold.errors and all(e.case.source in fold.sources for e in fold.errors)
+
+
+@pytest.mark.parametrize("metric", sorted(EP_FLOORS))
+def test_held_out_ep_and_dp_figures_stay_above_their_floor(metric: str) -> None:
+    errs = [e for e in calibrate.held_out_errors(_folds())
+            if e.metric == metric and (e.case.dp > 1 or e.case.ep)]
+    held = calibrate.score(errs)
+    assert held is not None and held.figures >= 6 and held.within_2 >= EP_FLOORS[metric], held
+
+
+def test_held_out_tp_against_dp_orderings_come_out_as_published() -> None:
+    """TP against DP/EP on one model and GPU, held out with their publisher: SGLang's DP attention
+    against TP8 on DeepSeek-R1 (GPUStack: more tokens/s, shorter ITL in a burst) and vLLM's recipe
+    (TP8+EP better at one stream, DP8+EP at 1,024)."""
+    layout = [o for f in _folds() for o in f.orderings if "DP8" in o.what]
+    assert len(layout) >= 5 and all(o.agrees for o in layout), layout
+
+
+def test_cross_validation_by_engine_release_holds_out_one_release_at_a_time() -> None:
+    folds = calibrate.cross_validate(by="release", rounds=1)
+    releases = {calibrate.release(c) for c in calibrate.cases()}
+    assert {f.group for f in folds} == releases
+    for fold in folds:
+        assert fold.errors and all(calibrate.release(e.case) == fold.group for e in fold.errors)
 
 
 def test_held_out_layout_orderings_all_agree() -> None:
