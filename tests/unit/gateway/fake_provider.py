@@ -1,6 +1,7 @@
 """A stand-in for a hosted provider: the simulated engine behind TLS with a CA made by the test,
 checking the provider key as a provider would, with faults chosen by the prompt (`fault:429` with
-Retry-After 7, `fault:500`, `fault:reset` mid-stream). Used by the real-Envoy unit test and the e2e."""
+Retry-After 7, `fault:500`, `fault:reset` mid-stream) and `usage:cached`, an answer whose prompt
+was mostly served from the provider's cache. Used by the real-Envoy unit test and the e2e."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from shardwise_runtime.sim.config import EngineConfig
 from shardwise_runtime.sim.engine import Engine
 
 PROVIDER_KEY = "sk-provider-" + "7f3a9c1e" * 4  # what the tests search for everywhere
+CACHED_USAGE = (1000, 10, 800)  # prompt, completion, cached prompt tokens of a `usage:cached` answer
 
 
 def _openssl(*args: str, cwd: pathlib.Path) -> None:
@@ -65,6 +67,13 @@ class FakeProvider:
         if "fault:500" in prompt:
             return web.json_response({"error": {"message": "The server had an error while processing your request.",
                                                  "type": "server_error", "param": None, "code": None}}, status=500)
+        if "usage:cached" in prompt:  # a provider's prompt cache: most of the prompt served from it
+            return web.json_response({
+                "id": "chatcmpl-cached", "object": "chat.completion", "created": 0, "model": body.get("model"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "cached"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": CACHED_USAGE[0], "completion_tokens": CACHED_USAGE[1],
+                          "total_tokens": CACHED_USAGE[0] + CACHED_USAGE[1],
+                          "prompt_tokens_details": {"cached_tokens": CACHED_USAGE[2]}}})
         if "fault:reset" in prompt:
             response = web.StreamResponse(headers={"content-type": "text/event-stream"})
             await response.prepare(request)

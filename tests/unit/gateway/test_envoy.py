@@ -47,8 +47,14 @@ def test_observer_measures_inside_envoy_and_logs_once_per_request() -> None:
     assert "bodyChunks" in observe_lua.SOURCE and ":body(" not in observe_lua.SOURCE  # streams, never buffers
     (log,) = hcm["access_log"]
     assert log["name"] == "envoy.access_loggers.http_grpc"
-    # only what was routed (the route filter or a fast route stamped the model), with the headers the observer reads
-    assert log["filter"] == {"header_filter": {"header": {"name": envoy.MODEL_HEADER, "present_match": True}}}
+    # only what was routed (the route filter or a fast route stamped the model: a header, or for a
+    # hosted model the route filter's metadata, since no header of shardwise's reaches a provider)
+    assert log["filter"] == {"or_filter": {"filters": [
+        {"header_filter": {"header": {"name": envoy.MODEL_HEADER, "present_match": True}}},
+        {"metadata_filter": {"match_if_key_not_found": False, "matcher": {
+            "filter": envoy.ROUTE_NAMESPACE, "path": [{"key": "model"}], "value": {"present_match": True}}}}]}}
+    assert _filter(hcm, envoy.ROUTE_FILTER)["metadata_options"] == {"receiving_namespaces": {
+        "untyped": [envoy.ROUTE_NAMESPACE]}}
     config = log["typed_config"]
     assert config["additional_request_headers_to_log"] == [envoy.MODEL_HEADER, envoy.KEY_HEADER]
     common = config["common_config"]

@@ -26,12 +26,14 @@ from envoy.service.discovery.v3 import ads_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from shardwise.gateway import metrics
-from shardwise.gateway.dataplane import fastpath, xds
+from shardwise.gateway.dataplane import envoy, fastpath, xds
 from shardwise.gateway.dataplane import providers as dataplane
 from shardwise.gateway.decide import providers, routes
 from shardwise.gateway.service import providers as service
 from shardwise.gateway.service.dispatcher import Dispatcher
+from shardwise.gateway.decide import keys
 from shardwise.gateway.service.extproc import ExtProc
+from shardwise.gateway.service.gatekeeper import AuthSettings, Gatekeeper
 from shardwise.gateway.service.observer import AccessLog, Observer
 from shardwise_runtime.sim.app import build_app
 from shardwise_runtime.sim.config import EngineConfig
@@ -41,6 +43,8 @@ from tests.unit.gateway import fake_provider
 from tests.unit.gateway.fake_provider import PROVIDER_KEY, FakeProvider, make_ca
 
 CALLER_KEY = "sk-caller-never-forwarded"
+KEY_NAME, KEY_ID = "caller", "team/caller"
+AUTH = {"authorization": f"Bearer {CALLER_KEY}"}
 HOSTED, UPSTREAM_ID, LOCAL = "hosted-chat", "provider-model-2025", "local-chat"
 
 
@@ -64,12 +68,19 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         dispatcher = Dispatcher()
         dispatcher.set_table(table)
         dispatcher.synced.set()
+        # Keys on: the key id is charged, and must never reach the provider.
+        gate = Gatekeeper(AuthSettings(), cost_of=lambda m, p, c, cached: (
+            providers.cost_micro_usd(book.price_of(m), p, c, cached) if book.price_of(m) is not None else None))
+        key_secret = keys.slim_secret({"metadata": {"namespace": "team", "name": "caller"},
+                                       "data": {"key": base64.b64encode(CALLER_KEY.encode()).decode()}})
+        gate.set_table(keys.build_table([{"metadata": {"namespace": "team", "name": KEY_NAME},
+                                          "spec": {"secretName": "caller"}}], [key_secret]))
         provider = {"metadata": {"namespace": "team", "name": "acme", "creationTimestamp": "2026-12-01T00:00:00Z"},
                     "spec": {"baseURL": f"https://localhost:{provider_port}/v1",
                              "keySecretRef": {"name": "acme-key"}, "maxConcurrentRequests": 8,
                              "tls": {"caBundleSecretRef": {"name": "acme-ca"}},
                              "models": [{"name": HOSTED, "id": UPSTREAM_ID,
-                                         "prices": {"input": "2.50", "output": "10"}}]}}
+                                         "prices": {"input": "2.50", "cachedInput": "0.25", "output": "10"}}]}}
         secrets = [{"metadata": {"namespace": "team", "name": "acme-key"},
                     "data": {"key": base64.b64encode(PROVIDER_KEY.encode()).decode()}},
                    {"metadata": {"namespace": "team", "name": "acme-ca"},
@@ -77,11 +88,12 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         book = service.Book()
         book.set_catalogue(providers.build([provider], secrets, self_hosted=[LOCAL]))
         parts.update(book=book, local=local, provider_port=provider_port, catalogue=book.catalogue)
-        pb_grpc.add_ExternalProcessorServicer_to_server(ExtProc(dispatcher, None, book), server)
+        pb_grpc.add_ExternalProcessorServicer_to_server(ExtProc(dispatcher, gate, book), server)
+        # No fast route: with keys on (and no key table in the snapshot) every request takes the picker.
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
-            xds.Discovery(dataplane.with_route(fastpath.snapshot(table))), server)
+            xds.Discovery(dataplane.with_route(fastpath.snapshot(table, enabled=False))), server)
         cds_pb2_grpc.add_ClusterDiscoveryServiceServicer_to_server(book.cds, server)
-        als_pb2_grpc.add_AccessLogServiceServicer_to_server(AccessLog(Observer()), server)
+        als_pb2_grpc.add_AccessLogServiceServicer_to_server(AccessLog(Observer(gate)), server)
 
         return lambda: None  # the engines' runners end with the harness's loop
 
@@ -167,7 +179,7 @@ def test_the_provider_key_is_nowhere_but_at_the_provider(door: dict[str, Any], c
 def test_a_client_cannot_pick_the_provider_cluster_itself(door: dict[str, Any]) -> None:
     before = len(door["fake"].seen)
     answer = httpx.post(f"{door['running'].listen_url}/v1/chat/completions", timeout=30,
-                        headers={dataplane.PROVIDER_HEADER: "provider/team/acme"},
+                        headers={dataplane.PROVIDER_HEADER: "provider/team/acme", **AUTH},
                         json={"model": "nobody-serves-this", "messages": [{"role": "user", "content": "x"}]})
     assert answer.status_code == 404 and answer.json()["error"]["code"] == "model_not_found"
     assert len(door["fake"].seen) == before  # nothing reached the provider
@@ -197,7 +209,7 @@ def test_a_provider_that_cannot_be_reached_is_an_openai_503_and_its_probe_says_w
     door["running"].loop.call_soon_threadsafe(book.set_catalogue, merged)
     try:
         def answer() -> httpx.Response | None:
-            got = httpx.post(f"{door['running'].listen_url}/v1/chat/completions", timeout=30,
+            got = httpx.post(f"{door['running'].listen_url}/v1/chat/completions", timeout=30, headers=AUTH,
                              json={"model": "down-model", "messages": [{"role": "user", "content": "x"}]})
             return got if got.status_code != 404 and got.headers.get("content-type") == "application/json" else None
         got = _eventually(answer)
@@ -226,14 +238,49 @@ def _eventually(probe: Any, timeout: float = 30.0) -> Any:
     raise AssertionError("not within the time")
 
 
-def test_what_reaches_the_provider_of_shardwise_and_the_request_is_still_counted(door: dict[str, Any]) -> None:
-    def counted() -> float:
-        return metrics.REGISTRY.get_sample_value("shardwise_gateway_requests_total",
-                                                           {"model": HOSTED, "code": "200"}) or 0.0
-    before, seen = counted(), len(door["fake"].headers)
-    door["client"].chat.completions.create(model=HOSTED, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
-    assert _eventually(lambda: counted() > before or None)  # the access log still names the model
-    sent = door["fake"].headers[seen]
-    # the alias and the cluster's name only (and with keys on the key's id): docs/providers.md, "not done yet"
-    assert {name.lower() for name in sent if name.lower().startswith(("x-shardwise", "x-gateway"))} == \
-        {"x-shardwise-model", "x-shardwise-provider"}
+def _sample(name: str, labels: dict[str, str]) -> float:
+    return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def _key_figures() -> tuple[float, float, float]:
+    return (_sample("shardwise_gateway_requests_total", {"model": HOSTED, "code": "200"}),
+            _sample("shardwise_gateway_key_requests_total", {"key": KEY_ID, "model": HOSTED, "code": "200"}),
+            _sample("shardwise_gateway_key_cost_usd_total", {"key": KEY_ID}))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_no_header_of_shardwise_nor_the_key_id_reaches_the_provider_and_the_key_is_charged_once(
+        door: dict[str, Any], stream: bool) -> None:
+    before, seen = _key_figures(), len(door["fake"].headers)
+    got = door["client"].chat.completions.create(model=HOSTED, messages=[{"role": "user", "content": "hi"}],
+                                                 max_tokens=2, stream=stream)
+    if stream:
+        got = [c for c in got if c.usage][-1]  # a keyed stream asks the provider for its usage
+    assert got.usage.completion_tokens == 2
+    requests_before, key_before, cost_before = before
+    assert _eventually(lambda: _key_figures()[1] > key_before or None)  # the access log names the model and key
+    requests_after, key_after, cost_after = _key_figures()
+    assert (requests_after - requests_before, key_after - key_before) == (1, 1)  # counted once
+    prices = door["catalogue"].models[HOSTED].prices
+    expected = providers.cost_micro_usd(prices, got.usage.prompt_tokens, got.usage.completion_tokens) / 1e6
+    assert cost_after - cost_before == pytest.approx(expected, rel=1e-9) and expected > 0
+    sent = door["fake"].headers[seen:]
+    assert len(sent) == 1
+    names = {name.lower() for name in sent[0]}
+    internal = {envoy.MODEL_HEADER, envoy.KEY_HEADER, envoy.PROVIDER_HEADER, envoy.DESTINATION_HEADER,
+                envoy.MODEL_MATCH_HEADER, envoy.AFFINITY_HEADER}
+    assert not {n for n in names if n.startswith(("x-shardwise", "x-gateway"))} | (names & internal), sent[0]
+    for value in sent[0].values():  # nor anywhere in a value: the key id, the alias, the cluster's name
+        assert KEY_ID not in value and HOSTED not in value and "provider/team/acme" not in value, sent[0]
+
+
+def test_cached_prompt_tokens_are_charged_at_the_cached_input_price(door: dict[str, Any]) -> None:
+    before = _key_figures()
+    door["client"].chat.completions.create(model=HOSTED, messages=[{"role": "user", "content": "usage:cached"}])
+    assert _eventually(lambda: _key_figures()[1] > before[1] or None)
+    after = _key_figures()
+    prompt, completion, cached = fake_provider.CACHED_USAGE
+    prices = door["catalogue"].models[HOSTED].prices
+    expected = providers.cost_micro_usd(prices, prompt, completion, cached) / 1e6
+    assert expected < providers.cost_micro_usd(prices, prompt, completion) / 1e6  # the cache discount applies
+    assert (after[1] - before[1], after[2] - before[2]) == (1, pytest.approx(expected, rel=1e-9))

@@ -43,6 +43,11 @@ KEY_HEADER = "x-shardwise-key"  # the caller's key id, set by the route filter w
 # The provider cluster a hosted model's request goes to (dataplane/providers.py): set by the route
 # filter only, a client's copy is removed by the match filter like the two above.
 PROVIDER_HEADER = "x-shardwise-provider"
+# What the route filter tells the access log and the failure mapper of a hosted model's request
+# (keys `model`, `key`, `provider`): dynamic metadata, not headers, because no header set on the
+# request can be kept from the provider without leaving the access log too (the upstream request
+# shares the downstream header map: removed on the route, it is gone from the log's entry as well).
+ROUTE_NAMESPACE = "shardwise.route"
 ACCESS_LOG_NAME = "shardwise.observe"
 MODEL_MATCH_HEADER, AFFINITY_HEADER = match_lua.MATCH_HEADER, match_lua.AFFINITY_HEADER
 ROUTE_FILTER = "shardwise.route"  # the ext_proc filter's name: fast routes disable it by this name
@@ -102,6 +107,9 @@ def _route_filter(settings: EnvoySettings) -> dict[str, Any]:
         "message_timeout": _seconds(settings.hold_timeout_s + 30),
         # The service gone (restart, crash): the client gets a status, never a hang.
         "status_on_error": {"code": 503},
+        # Envoy keeps none of the service's dynamic metadata unless its namespace is listed: a
+        # hosted model's model, key id and cluster, for the access log and the failure mapper.
+        "metadata_options": {"receiving_namespaces": {"untyped": [ROUTE_NAMESPACE]}},
         "processing_mode": {"request_header_mode": "SEND", "response_header_mode": "SKIP",
                             "request_body_mode": "BUFFERED", "response_body_mode": "NONE",
                             "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
@@ -166,10 +174,13 @@ def _observe_filter() -> dict[str, Any]:
 
 
 def _observe_log(settings: EnvoySettings) -> dict[str, Any]:
-    """One entry per routed request (the route filter or a fast route stamped its model)."""
+    """One entry per routed request (the route filter or a fast route stamped its model: a header,
+    or for a hosted model the route filter's metadata)."""
     return {
         "name": "envoy.access_loggers.http_grpc",
-        "filter": {"header_filter": {"header": {"name": MODEL_HEADER, "present_match": True}}},
+        "filter": {"or_filter": {"filters": [
+            {"header_filter": {"header": {"name": MODEL_HEADER, "present_match": True}}},
+            _routed_metadata("model")]}},
         "typed_config": {
             "@type": _HTTP_GRPC_LOG,
             "common_config": {
@@ -189,6 +200,12 @@ def _observe_log(settings: EnvoySettings) -> dict[str, Any]:
     }
 
 
+def _routed_metadata(key: str) -> dict[str, Any]:
+    """An access-log filter: the route filter left `key` in ROUTE_NAMESPACE (a hosted model's request)."""
+    return {"metadata_filter": {"match_if_key_not_found": False, "matcher": {
+        "filter": ROUTE_NAMESPACE, "path": [{"key": key}], "value": {"present_match": True}}}}
+
+
 def _too_large_mapper(settings: EnvoySettings) -> dict[str, Any]:
     refusal = openai_errors.too_large(settings.body_limit_bytes)
     return {
@@ -203,11 +220,12 @@ def _too_large_mapper(settings: EnvoySettings) -> dict[str, Any]:
 def _provider_failure_mapper() -> dict[str, Any]:
     """Envoy's own reply when a provider could not be reached, its TLS failed, it reset before its
     headers or overran its request timeout (a request on the provider route: its header is set):
-    an OpenAI error body instead of Envoy's plain text. What the provider itself answered (its 429
-    with Retry-After, its 500) passes through untouched."""
+    an OpenAI error body instead of Envoy's plain text. Told by the route filter's metadata: the
+    provider header is removed before the provider, from the map this filter reads too. What the
+    provider itself answered (its 429 with Retry-After, its 500) passes through untouched."""
     return {
         "filter": {"and_filter": {"filters": [
-            {"header_filter": {"header": {"name": PROVIDER_HEADER, "present_match": True}}},
+            _routed_metadata("provider"),
             {"response_flag_filter": {"flags": ["UF", "URX", "UC", "UH", "UT", "UMSDR", "UO"]}}]}},
         "body_format_override": {"json_format": {"error": {
             "message": "The provider could not answer: %RESPONSE_CODE_DETAILS% (%RESPONSE_FLAGS%).",

@@ -13,8 +13,8 @@ ordering to keep with the routes.
 
 Why the key crosses in the picker's answer and not in Envoy's config: a key in a cluster or a
 route would sit in Envoy's config dump (/config_dump on the admin port) in clear; a header
-mutation on one request is in no dump, no access log (only the model and key-id headers are
-logged) and no stat. The caller's own Authorization is overwritten by it.
+mutation on one request is in no dump, no access log (only the model and key-id headers and
+metadata are logged) and no stat. The caller's own Authorization is overwritten by it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from google.protobuf import any_pb2, json_format
+from google.protobuf import any_pb2, json_format, struct_pb2
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401 - an Any in the clusters
@@ -44,11 +44,14 @@ log = logging.getLogger(__name__)
 CLUSTERS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 PROVIDER_HEADER = envoy.PROVIDER_HEADER  # the cluster the provider route sends to; set by the picker only
 SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
-# Removed before the provider: what it has no use for. The model and key-id headers and the
-# cluster's name stay: the access log and the failure mapper read them from the same header map
-# (Envoy's upstream request shares the downstream headers; measured: removing them on the route or
-# in an upstream filter left the request uncounted).
-NOT_FOR_PROVIDERS = (envoy.AFFINITY_HEADER, envoy.MODEL_MATCH_HEADER)
+# Removed before the provider: every header of shardwise's. The picker sets only the cluster's
+# name, which the route reads before this removal; the model, the key id and the cluster reach the
+# access log and the failure mapper as dynamic metadata (envoy.ROUTE_NAMESPACE), because Envoy's
+# upstream request shares the downstream header map: a header removed here is gone from the log's
+# entry too (measured: the request went uncounted). The model and key headers are in the list for
+# a request whose headers an earlier filter set.
+NOT_FOR_PROVIDERS = (envoy.AFFINITY_HEADER, envoy.MODEL_MATCH_HEADER, envoy.PROVIDER_HEADER, envoy.MODEL_HEADER,
+                     envoy.KEY_HEADER, envoy.DESTINATION_HEADER)
 _TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 _HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
@@ -110,18 +113,24 @@ def with_route(snapshot: fastpath.Snapshot) -> fastpath.Snapshot:
 def routed(upstream: providers.Upstream, hosted: providers.HostedModel, path: str, body: bytes, *,
            key_id: str | None) -> pb.ProcessingResponse:
     """The picker's answer for a hosted model: the provider's cluster, its path, its key in place of
-    the caller's, the body with the provider's model id; the alias stays the observer's model."""
-    values = [(PROVIDER_HEADER, upstream.cluster), (envoy.MODEL_HEADER, hosted.model), (":path", upstream.upstream_path(path)),
+    the caller's, the body with the provider's model id. The alias (the observer's model), the key id
+    (charged) and the cluster are dynamic metadata for the access log, never headers the provider
+    would get; the cluster's header, for the route, is removed before the provider (route())."""
+    values = [(PROVIDER_HEADER, upstream.cluster), (":path", upstream.upstream_path(path)),
               ("authorization", f"Bearer {upstream.key}"), ("content-length", str(len(body)))]
+    routed_as = {"model": hosted.model, "provider": upstream.cluster}
     if key_id is not None:
-        values.append((envoy.KEY_HEADER, key_id))
+        routed_as["key"] = key_id
     set_headers = [base_pb2.HeaderValueOption(header=base_pb2.HeaderValue(key=k, raw_value=v.encode()),
                                               append_action=_OVERWRITE) for k, v in values]
     common = pb.CommonResponse(header_mutation=pb.HeaderMutation(
-        set_headers=set_headers, remove_headers=[envoy.MODEL_MATCH_HEADER, envoy.DESTINATION_HEADER]),
+        set_headers=set_headers, remove_headers=[envoy.MODEL_MATCH_HEADER, envoy.DESTINATION_HEADER,
+                                                 envoy.MODEL_HEADER, envoy.KEY_HEADER]),
         clear_route_cache=True)
     common.body_mutation.body = body
-    return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
+    metadata = struct_pb2.Struct()
+    metadata.update({envoy.ROUTE_NAMESPACE: routed_as})
+    return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common), dynamic_metadata=metadata)
 
 
 def resource(cluster_dict: dict[str, Any]) -> any_pb2.Any:

@@ -101,6 +101,25 @@ def parse_usage(text: str | bytes | None) -> tuple[int | None, int | None] | Non
     return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
 
 
+def cached_of(text: str | bytes | None) -> int:
+    """The prompt tokens the provider served from its cache (OpenAI's
+    `usage.prompt_tokens_details.cached_tokens`), charged at the cached-input price; 0 when the
+    usage does not say."""
+    if not text:
+        return 0
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    key = _USAGE_KEY.match(text)
+    if key is None:
+        return 0
+    try:
+        found, _ = _DECODER.raw_decode(text, key.end())
+    except ValueError:
+        return 0
+    details = found.get("prompt_tokens_details") if isinstance(found, dict) else None
+    return (_int(details.get("cached_tokens")) or 0) if isinstance(details, dict) else 0
+
+
 def tokens_of(usage_text: str | bytes | None, events: int | None) -> tuple[int | None, int | None]:
     """(prompt, completion) tokens of a response from what the observe filter kept: its usage, or
     for a stream (`events` not None) without one the content events as completion tokens."""

@@ -55,7 +55,7 @@ class Ticket:
 class Gatekeeper:
     def __init__(self, settings: AuthSettings, *, price_of: Callable[[str], float | None] = lambda m: None,
                  store: Any = None, clock: Callable[[], float] = time.monotonic,
-                 cost_of: Callable[[str, int, int], int | None] = lambda m, p, c: None) -> None:
+                 cost_of: Callable[[str, int, int, int], int | None] = lambda m, p, c, cached: None) -> None:
         self.settings = settings
         self.table = keys.KeyTable(by_hash={}, problems={})
         self._by_id: dict[str, keys.Key] = {}
@@ -72,7 +72,7 @@ class Gatekeeper:
         self.pending: dict[str, quota.Usage] = {}  # usage Redis has not got yet (all of it without Redis)
         self.in_flight: dict[str, Ticket] = {}
         self._price_of = price_of
-        # micro-USD of a response at a hosted provider's prices (prompt and completion), None: not hosted
+        # micro-USD of a response at a hosted provider's prices (prompt, completion, cached prompt), None: not hosted
         self._cost_of = cost_of
         self._clock = clock
         self._leases = itertools.count(1)
@@ -143,11 +143,11 @@ class Gatekeeper:
             self._down(exc)
 
     # -- usage ------------------------------------------------------------------------------
-    def charge(self, key_id: str, model: str, prompt: int | None, completion: int | None) -> None:
+    def charge(self, key_id: str, model: str, prompt: int | None, completion: int | None, *, cached: int = 0) -> None:
         """A response's usage (from the observer): metrics now, the tokens bucket and the key's
         counters in Redis (or kept here until it is back)."""
         prompt, completion = prompt or 0, completion or 0
-        hosted = self._cost_of(model, prompt, completion)
+        hosted = self._cost_of(model, prompt, completion, cached)
         price = self._price_of(model) if hosted is None else None
         cost_micro = hosted if hosted is not None else round(completion * price) if price else 0  # $/1M x tokens
         metrics.KEY_TOKENS.labels(key_id, "prompt").inc(prompt)

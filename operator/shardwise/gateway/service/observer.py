@@ -11,8 +11,9 @@ From an entry (`observation_of`, pure): time to first byte = first body byte - E
 the request (a held request's wait is in it), end-to-end = Envoy's time to the last byte sent
 downstream, tokens from the usage (`usage.tokens_of`). The route filter stamped the request with
 its model (and, with API keys on, the caller's key id): headers it sets itself, so a client cannot
-forge them past it; requests without a model (the route filter's own answers, counted there) are
-not logged at all. A response that ended without its end of stream (the engine died, the client
+forge them past it, or for a hosted model its dynamic metadata (`envoy.ROUTE_NAMESPACE`); requests
+without a model (the route filter's own answers, counted there) are not logged at all. A response
+that ended without its end of stream (the engine died, the client
 left) is counted as broken.
 
 With API keys on, the response's usage is charged to the key (`Gatekeeper.charge`: per-key
@@ -66,13 +67,16 @@ class Observation:
     def tokens(self) -> tuple[int | None, int | None]:
         return usage.tokens_of(self.usage, self.events)
 
+    def cached(self) -> int:
+        return usage.cached_of(self.usage)
 
-def _metadata(entry: accesslog_pb2.HTTPAccessLogEntry) -> dict[str, object]:
+
+def _metadata(entry: accesslog_pb2.HTTPAccessLogEntry, namespace: str = observe_lua.NAMESPACE) -> dict[str, object]:
     filters = entry.common_properties.metadata.filter_metadata
-    if observe_lua.NAMESPACE not in filters:
+    if namespace not in filters:
         return {}
     values: dict[str, object] = {}
-    for name, value in filters[observe_lua.NAMESPACE].fields.items():
+    for name, value in filters[namespace].fields.items():
         kind = value.WhichOneof("kind")
         values[name] = (value.string_value if kind == "string_value" else value.number_value
                         if kind == "number_value" else value.bool_value if kind == "bool_value" else None)
@@ -82,9 +86,13 @@ def _metadata(entry: accesslog_pb2.HTTPAccessLogEntry) -> dict[str, object]:
 def observation_of(entry: accesslog_pb2.HTTPAccessLogEntry) -> Observation | None:
     """The observation in one access-log entry; None for a request the route filter never routed."""
     headers = entry.request.request_headers
-    model = headers.get(envoy.MODEL_HEADER, "")
-    if not model:
+    # A hosted model's request carries its model and key id as the route filter's metadata: no
+    # header of shardwise's reaches the provider (dataplane/providers.py).
+    routed_as = _metadata(entry, envoy.ROUTE_NAMESPACE)
+    model = headers.get(envoy.MODEL_HEADER, "") or routed_as.get("model") or ""
+    if not isinstance(model, str) or not model:
         return None
+    key_id = headers.get(KEY_HEADER) or routed_as.get("key") or None
     common = entry.common_properties
     meta = _metadata(entry)
     start_us = common.start_time.ToMicroseconds() if common.HasField("start_time") else None
@@ -99,7 +107,8 @@ def observation_of(entry: accesslog_pb2.HTTPAccessLogEntry) -> Observation | Non
     code = entry.response.response_code.value if entry.response.HasField("response_code") else 0
     events = meta.get("events")
     text = meta.get("usage")
-    return Observation(model=model, key_id=headers.get(KEY_HEADER) or None, code=str(code) if code else "reset",
+    return Observation(model=model, key_id=key_id if isinstance(key_id, str) else None,
+                       code=str(code) if code else "reset",
                        complete=complete, ttft_s=ttft, e2e_s=e2e,
                        events=int(events) if isinstance(events, float) and events >= 0 else None,
                        usage=text if isinstance(text, str) else None,
@@ -127,7 +136,7 @@ class Observer:
         if not seen.complete:
             metrics.BROKEN.labels(model).inc()
             if key_id and seen.streaming and code.startswith("2"):
-                self.gatekeeper.charge(key_id, model, *seen.tokens())
+                self.gatekeeper.charge(key_id, model, *seen.tokens(), cached=seen.cached())
             return
         if seen.e2e_s is not None:
             metrics.E2E.labels(model).observe(seen.e2e_s)
@@ -138,7 +147,7 @@ class Observer:
             if completion is not None:
                 metrics.TOKENS.labels(model, "completion").inc(completion)
             if key_id:
-                self.gatekeeper.charge(key_id, model, prompt, completion)
+                self.gatekeeper.charge(key_id, model, prompt, completion, cached=seen.cached())
 
     def record_entries(self, entries: list[accesslog_pb2.HTTPAccessLogEntry]) -> None:
         for entry in entries:

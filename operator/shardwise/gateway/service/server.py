@@ -186,14 +186,14 @@ class Gateway:
             return records.Served(records.PROVIDER, hosted.provider, hosted.namespace)
         return records.Served(records.ENGINE, endpoint, None) if endpoint else None
 
-    def _hosted_cost(self, model: str, prompt: int, completion: int) -> int | None:
+    def _hosted_cost(self, model: str, prompt: int, completion: int, cached: int = 0) -> int | None:
         """micro-USD at the provider's prices for a hosted model (not one a deployment serves)."""
         if self.providers is None or (self.dispatcher is not None and self.dispatcher.table.get(model) is not None):
             return None
         from shardwise.gateway.decide.providers import cost_micro_usd
 
         prices = self.providers.price_of(model)
-        return cost_micro_usd(prices, prompt, completion) if prices is not None else None
+        return cost_micro_usd(prices, prompt, completion, cached) if prices is not None else None
 
     def _price_of(self, model: str) -> float | None:
         route = self.dispatcher.table.get(model) if self.dispatcher is not None else None
