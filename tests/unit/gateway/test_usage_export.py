@@ -4,7 +4,8 @@ simulated engine, a raw engine that answers a 400 or breaks its stream, and two 
 receivers the test runs (the webhook sinks' far ends) plus the stdout sink.
 
 A mixed run (keyed fast path and picker, JSON and streams, an engine's 400, a broken stream):
-every request arrives once by its request id at each receiver and on stdout, every delivery's
+every request arrives once by its record id at the roomy receiver and on stdout (two that reuse a client's
+x-request-id included) and on stdout, every delivery's
 signature verifies, the records' tokens and cost per key equal what the key was charged, and no
 key is in any delivery. Then the receivers answer 503 for a while: the one with room loses
 nothing once it answers again; the one with a buffer of 2 keeps 2 and counts the rest dropped.
@@ -101,7 +102,7 @@ class Receiver:
         return [json.loads(line) for body in self.bodies for line in body.splitlines()]
 
     def by_id(self) -> dict[str, dict[str, Any]]:
-        return {r["request_id"]: r for r in self.records()}
+        return {r["id"]: r for r in self.records()}
 
 
 @pytest.fixture(scope="module")
@@ -161,13 +162,15 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         yield parts
 
 
-def _send(door: dict[str, Any], token: str, model: str, content: str, *, stream: bool = False) -> int:
+def _send(door: dict[str, Any], token: str, model: str, content: str, *, stream: bool = False,
+          request_id: str | None = None) -> int:
     body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 5}
     if stream:
         body.update(stream=True, stream_options={"include_usage": True})
     try:
         with httpx.stream("POST", f"{door['url']}/chat/completions", json=body,
-                          headers={"authorization": f"Bearer {token}"}, timeout=30) as response:
+                          headers={"authorization": f"Bearer {token}",
+                                   **({"x-request-id": request_id} if request_id else {})}, timeout=30) as response:
             response.read()
             return response.status_code
     except httpx.RemoteProtocolError:
@@ -187,22 +190,31 @@ def _dropped(sink: export.WebhookSink) -> float:
 
 
 def _stdout_ids(door: dict[str, Any]) -> list[str]:
-    return [json.loads(line)["usage"]["request_id"] for line in door["stdout"].getvalue().splitlines()]
+    return [json.loads(line)["usage"]["id"] for line in door["stdout"].getvalue().splitlines()]
 
 
 def test_a_mixed_run_arrives_once_signed_and_adds_up_to_the_keys_charges(door: dict[str, Any]) -> None:
     sent = [(OPEN, "m", "hello", False), (OPEN, "m", "again", False), (OPEN, "m", "streamed", True),
             (LIMITED, "m", "picker", False), (LIMITED, "m", "picker stream", True),
             (OPEN, "edge", "bad", False), (LIMITED, "edge", "bad", False), (OPEN, "edge", "break", True)]
+    tight_sink = door["sinks"][2]
+    dropped_before = _dropped(tight_sink)
     codes = [_send(door, *case[:3], stream=case[3]) for case in sent]
     assert codes == [200, 200, 200, 200, 200, 400, 400, -1], codes
+    # A client's own x-request-id, twice: Envoy passes it on, so it cannot be the idempotency key.
+    sent += [(OPEN, "m", "mine", False)] * 2
+    assert [_send(door, OPEN, "m", "mine", request_id="client-chosen") for _ in range(2)] == [200, 200]
     roomy, tight = door["roomy"], door["tight"]
     _wait("every request's record at the roomy receiver", lambda: len(roomy.by_id()) >= len(sent))
-    _wait("and at the tight one", lambda: len(tight.by_id()) >= len(sent))
+    # The tight one (room for 2) may drop some of an access-log flush's burst even while it answers.
+    _wait("at the tight one, delivered or counted dropped",
+          lambda: len(tight.by_id()) + _dropped(tight_sink) - dropped_before >= len(sent))
     got = roomy.records()
-    ids = [r["request_id"] for r in got]
+    ids = [r["id"] for r in got]
     assert len(ids) == len(set(ids)) == len(sent) and all(ids), ids  # once each: no receiver was down
-    assert sorted(tight.by_id()) == sorted(ids) and sorted(_stdout_ids(door)) == sorted(ids)
+    assert len({r["request_id"] for r in got}) == len(sent) - 1  # Envoy's ids, the client's one twice
+    assert set(tight.by_id()) <= set(ids) and len(tight.bodies) == len({b for b in tight.bodies})
+    assert sorted(_stdout_ids(door)) == sorted(ids)
     assert roomy.unsigned == tight.unsigned == 0
     assert {(r["key_id"], r["model"], r["status"], r["error_type"]) for r in got} == {
         ("team/open", "m", 200, None), ("team/limited", "m", 200, None), ("team/open", "edge", 400,

@@ -12,7 +12,7 @@ USAGE = '"usage":{"prompt_tokens":12,"completion_tokens":5,"prompt_tokens_detail
 
 
 def _build(**over):
-    args = dict(request_id="r-1", start_unix_s=1_780_000_000.25, key_id="team/k", model="m",
+    args = dict(record_id="id-1", request_id="r-1", start_unix_s=1_780_000_000.25, key_id="team/k", model="m",
                 served=records.Served(records.ENGINE, "10.0.0.7:8000", "team"), code="200", complete=True,
                 streaming=False, prompt=12, completion=5, cached=8, ttft_s=0.1234567, duration_s=0.5, cost_micro=1500)
     args.update(over)
@@ -21,7 +21,8 @@ def _build(**over):
 
 def test_a_whole_answer() -> None:
     record = _build()
-    assert record == {"version": records.SCHEMA_VERSION, "time": "2026-05-28T20:26:40.250Z", "request_id": "r-1",
+    assert record == {"version": records.SCHEMA_VERSION, "time": "2026-05-28T20:26:40.250Z", "id": "id-1",
+                      "request_id": "r-1",
                       "key_id": "team/k", "namespace": "team", "model": "m",
                       "served_by": {"kind": "engine", "name": "10.0.0.7:8000"}, "status": 200, "error_type": None,
                       "stream": False, "complete": True, "prompt_tokens": 12, "completion_tokens": 5,
@@ -62,7 +63,7 @@ def test_cached_tokens_from_the_usage_text() -> None:
 
 
 def test_a_signature_verifies_only_for_its_body_secret_and_time() -> None:
-    body = records.ndjson([_build(), _build(request_id="r-2")])
+    body = records.ndjson([_build(), _build(record_id="id-2")])
     assert body.count(b"\n") == 2
     header = records.signature(b"s3cret", 1000, body)
     assert header.startswith("t=1000,v1=")

@@ -87,16 +87,20 @@ def cached_tokens(usage_text: str | None) -> int | None:
     return cached if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0 else None
 
 
-def build(*, request_id: str, start_unix_s: float | None, key_id: str | None, model: str, served: Served | None,
+def build(*, record_id: str, request_id: str, start_unix_s: float | None, key_id: str | None, model: str, served: Served | None,
           code: str, complete: bool, streaming: bool, prompt: int | None, completion: int | None,
           cached: int | None, ttft_s: float | None, duration_s: float | None, cost_micro: int) -> dict[str, Any]:
-    """The record (a JSON object); the tokens are the charged ones (`charged`)."""
+    """The record (a JSON object); the tokens are the charged ones (`charged`).
+
+    `record_id` is the idempotency key, made by the gateway once per record: Envoy's request id
+    can be the client's own `x-request-id`, so two requests may share it."""
     prompt_n, completion_n = charged(code, complete, streaming, prompt, completion)
     when = (datetime.datetime.fromtimestamp(start_unix_s, datetime.timezone.utc).isoformat(timespec="milliseconds")
             .replace("+00:00", "Z") if start_unix_s is not None else None)
     return {
         "version": SCHEMA_VERSION,
         "time": when,
+        "id": record_id,
         "request_id": request_id,
         "key_id": key_id,
         "namespace": served.namespace if served is not None else None,

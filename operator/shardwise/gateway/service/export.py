@@ -8,7 +8,8 @@ is full new records are dropped and counted (`shardwise_gateway_usage_dropped_to
 
 Delivery is at least once: a batch leaves the buffer only when the receiver answered 2xx; a
 failed or unanswered batch is sent again (full-jitter exponential backoff), so a receiver
-deduplicates by each record's `request_id`. A receiver's plain refusal (a 4xx other than
+deduplicates by each record's `id` (made here once per record; Envoy's `request_id` can be a
+client's own). A receiver's plain refusal (a 4xx other than
 408/409/425/429) would be refused again: that batch is dropped and counted (reason `rejected`).
 """
 
@@ -22,6 +23,7 @@ import logging
 import random
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -182,7 +184,7 @@ class Export:
         hosted = self._cost_of(seen.model, charged_prompt, charged_completion, cached or 0)
         cost = records.cost_micro_usd(charged_completion, hosted,
                                       self._price_of(seen.model) if hosted is None else None)
-        return records.build(request_id=seen.request_id, start_unix_s=seen.start_unix_s, key_id=seen.key_id,
+        return records.build(record_id=str(uuid.uuid4()), request_id=seen.request_id, start_unix_s=seen.start_unix_s, key_id=seen.key_id,
                              model=seen.model, served=self._served_of(seen.model, seen.endpoint), code=seen.code,
                              complete=seen.complete, streaming=seen.streaming, prompt=prompt, completion=completion,
                              cached=cached, ttft_s=seen.ttft_s, duration_s=seen.e2e_s,
