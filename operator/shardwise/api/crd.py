@@ -152,38 +152,45 @@ def render_crd_yaml() -> str:
     return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
 
 
-def build_apikey_crd() -> dict[str, Any]:
-    """The APIKey CRD (api/apikeys.py): a gateway caller's quota and its usage in the status."""
+def _namespaced_crd(kind: Any, spec: type, status: type, description: str) -> dict[str, Any]:
+    """A namespaced kind of the gateway's (api/apikeys.py, api/providers.py): one version, a spec,
+    a status subresource and the kind module's printer columns."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{apikeys.PLURAL}.{apikeys.GROUP}"},
+        "metadata": {"name": f"{kind.PLURAL}.{kind.GROUP}"},
         "spec": {
-            "group": apikeys.GROUP,
-            "names": {"kind": apikeys.KIND, "listKind": f"{apikeys.KIND}List", "plural": apikeys.PLURAL,
-                      "singular": apikeys.SINGULAR, "shortNames": apikeys.SHORT_NAMES,
+            "group": kind.GROUP,
+            "names": {"kind": kind.KIND, "listKind": f"{kind.KIND}List", "plural": kind.PLURAL,
+                      "singular": kind.SINGULAR, "shortNames": kind.SHORT_NAMES,
                       "categories": api.CATEGORIES},
             "scope": "Namespaced",
             "versions": [{
-                "name": apikeys.VERSION, "served": True, "storage": True,
+                "name": kind.VERSION, "served": True, "storage": True,
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
-                    "description": "A caller of the shardwise gateway: the Secret holding its key, its "
-                    "quota, and its usage and cost so far.",
+                    "description": description,
                     "required": ["spec"],
                     "properties": {
                         "apiVersion": {"type": "string"},
                         "kind": {"type": "string"},
                         "metadata": {"type": "object"},
-                        "spec": schema_of(apikeys.APIKeySpec),
-                        "status": {**schema_of(apikeys.APIKeyStatus), "default": {}},
+                        "spec": schema_of(spec),
+                        "status": {**schema_of(status), "default": {}},
                     },
                 }},
                 "subresources": {"status": {}},
-                "additionalPrinterColumns": apikeys.printer_columns(),
+                "additionalPrinterColumns": kind.printer_columns(),
             }],
         },
     }
+
+
+def build_apikey_crd() -> dict[str, Any]:
+    """The APIKey CRD (api/apikeys.py): a gateway caller's quota and its usage in the status."""
+    return _namespaced_crd(apikeys, apikeys.APIKeySpec, apikeys.APIKeyStatus,
+                           "A caller of the shardwise gateway: the Secret holding its key, its "
+                           "quota, and its usage and cost so far.")
 
 
 def render_apikey_crd_yaml() -> str:
@@ -195,36 +202,9 @@ def build_provider_crd() -> dict[str, Any]:
     """The Provider CRD (api/providers.py): a hosted OpenAI-compatible API, its prices and health."""
     from shardwise.api import providers
 
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{providers.PLURAL}.{providers.GROUP}"},
-        "spec": {
-            "group": providers.GROUP,
-            "names": {"kind": providers.KIND, "listKind": f"{providers.KIND}List", "plural": providers.PLURAL,
-                      "singular": providers.SINGULAR, "shortNames": providers.SHORT_NAMES,
-                      "categories": api.CATEGORIES},
-            "scope": "Namespaced",
-            "versions": [{
-                "name": providers.VERSION, "served": True, "storage": True,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": "A hosted OpenAI-compatible API behind the shardwise gateway: its URL, "
-                    "the Secret holding its key, the models it offers and their prices.",
-                    "required": ["spec"],
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": schema_of(providers.ProviderSpec),
-                        "status": {**schema_of(providers.ProviderStatus), "default": {}},
-                    },
-                }},
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": providers.printer_columns(),
-            }],
-        },
-    }
+    return _namespaced_crd(providers, providers.ProviderSpec, providers.ProviderStatus,
+                           "A hosted OpenAI-compatible API behind the shardwise gateway: its URL, "
+                           "the Secret holding its key, the models it offers and their prices.")
 
 
 def render_provider_crd_yaml() -> str:
