@@ -38,6 +38,7 @@ from tests.unit.gateway.envoy_harness import envoy_beside
 
 OPEN = "sk-usage-open-" + "a" * 40  # no limits: the keyed fast path (Envoy alone)
 LIMITED = "sk-usage-limited-" + "b" * 40  # a requests limit: the picker
+TINY = "sk-usage-tiny-" + "c" * 40  # one request a minute: the second is the key's own 429
 SECRET = b"whsec-test-0123456789"
 PRICE = 2.0  # $ per 1M completion tokens, both deployments
 BROKEN_AFTER = 40  # content events the raw engine streams before it breaks
@@ -46,7 +47,9 @@ BROKEN_AFTER = 40  # content events the raw engine streams before it breaks
 def _table() -> keys.KeyTable:
     return keys.KeyTable(by_hash={keys.hash_key(OPEN): keys.Key(id="team/open", models=frozenset()),
                                   keys.hash_key(LIMITED): keys.Key(id="team/limited", models=frozenset(),
-                                                                   requests_per_minute=10000)}, problems={})
+                                                                   requests_per_minute=10000),
+                                  keys.hash_key(TINY): keys.Key(id="team/tiny", models=frozenset(),
+                                                                requests_per_minute=1)}, problems={})
 
 
 async def _edge_engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -146,7 +149,7 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                               served_of=lambda model, endpoint: records.Served(records.ENGINE, endpoint or "", "team"))
         tasks = usage.tasks()
         parts.update(gate=gate, sinks=sinks, endpoints={"m": sim, "edge": raw})
-        pb_grpc.add_ExternalProcessorServicer_to_server(extproc.ExtProc(dispatcher, gate), server)
+        pb_grpc.add_ExternalProcessorServicer_to_server(extproc.ExtProc(dispatcher, gate, on_answered=usage.answered), server)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
             xds.Discovery(fastpath.snapshot(table, keyed=keys_lua.metadata(gate.table))), server)
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(AccessLog(Observer(gate, usage)), server)
@@ -264,3 +267,48 @@ def test_a_receiver_away_loses_nothing_within_the_buffer_and_counts_the_rest(doo
           lambda: len(set(roomy.by_id()) - before_ids) == count and not roomy_sink.buffer and not tight_sink.buffer)
     assert len(set(tight.by_id()) - tight_before) == 2  # the two it had room for, the rest counted above
     assert len(_stdout_ids(door)) == len(set(_stdout_ids(door))) == len(before_ids) + count  # stdout never waits
+
+
+def _post_raw(door: dict[str, Any], body: bytes, token: str | None) -> tuple[int, str]:
+    """One request; (status, Envoy's x-request-id for it, which the test sets to find its record)."""
+    request_id = f"refused-{time.monotonic_ns()}"
+    headers = {"content-type": "application/json", "x-request-id": request_id,
+               **({"authorization": f"Bearer {token}"} if token else {})}
+    response = httpx.post(f"{door['url']}/chat/completions", content=body, headers=headers, timeout=30)
+    return response.status_code, request_id
+
+
+def test_the_gateways_own_answers_have_one_record_each(door: dict[str, Any]) -> None:
+    """No key, an unknown key, an unknown model, a key's own 429, a hostile body: answered by the
+    route filter without an engine, each is one record (status, error type, the key's id once
+    known, zero tokens), and the access log adds none of its own."""
+    roomy, roomy_sink = door["roomy"], door["sinks"][1]
+    _wait("earlier records delivered", lambda: not roomy_sink.buffer)
+    before = set(roomy.by_id())
+    good = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode()
+    unknown = json.dumps({"model": "nope", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    cases = [(good, None), (good, "sk-usage-unknown-" + "d" * 40), (unknown, OPEN), (good, TINY), (good, TINY),
+             (b'{"model": "m", "messages": [', OPEN)]
+    answers = [_post_raw(door, body, token) for body, token in cases]
+    assert [status for status, _ in answers] == [401, 401, 404, 200, 429, 400], answers
+    _wait("a record for every request", lambda: len(set(roomy.by_id()) - before) >= len(cases))
+    _wait("nothing more on its way", lambda: not roomy_sink.buffer)
+    new = [r for r in roomy.records() if r["id"] not in before]
+    by_request = {r["request_id"]: r for r in new}
+    assert len(new) == len(by_request) == len(cases), new  # once each
+    expected = [(401, "authentication_error", None, ""), (401, "authentication_error", None, ""),
+                (404, "not_found_error", "team/open", "nope"), (200, None, "team/tiny", "m"),
+                (429, "rate_limit_exceeded", "team/tiny", "m"), (400, "invalid_request_error", "team/open", "")]
+    for (status, request_id), (want_status, want_type, want_key, want_model) in zip(answers, expected):
+        record = by_request[request_id]
+        assert (record["status"], record["error_type"], record["key_id"], record["model"]) == (
+            want_status, want_type, want_key, want_model), record
+        if status >= 400:
+            assert record["served_by"] == {"kind": "gateway", "name": "shardwise"}, record
+            assert record["prompt_tokens"] == record["completion_tokens"] == 0 and record["cost_usd"] == 0
+            assert "error_code" in record, record
+    assert by_request[answers[4][1]]["error_code"] == "rate_limit_exceeded"
+    assert by_request[answers[0][1]]["error_code"] == "invalid_api_key"
+    left = b"".join(roomy.bodies)
+    for token in (OPEN, TINY, "sk-usage-unknown-"):
+        assert token.encode() not in left

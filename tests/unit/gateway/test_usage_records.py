@@ -24,7 +24,7 @@ def test_a_whole_answer() -> None:
     assert record == {"version": records.SCHEMA_VERSION, "time": "2026-05-28T20:26:40.250Z", "id": "id-1",
                       "request_id": "r-1",
                       "key_id": "team/k", "namespace": "team", "model": "m",
-                      "served_by": {"kind": "engine", "name": "10.0.0.7:8000"}, "status": 200, "error_type": None,
+                      "served_by": {"kind": "engine", "name": "10.0.0.7:8000"}, "status": 200, "error_type": None, "error_code": None,
                       "stream": False, "complete": True, "prompt_tokens": 12, "completion_tokens": 5,
                       "cached_tokens": 8, "ttft_s": 0.123457, "duration_s": 0.5, "cost_usd": 0.0015}
     json.dumps(record)  # JSON as it is

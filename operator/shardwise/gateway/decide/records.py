@@ -23,7 +23,7 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 SIGNATURE_HEADER = "x-shardwise-signature"
-ENGINE, PROVIDER = "engine", "provider"
+ENGINE, PROVIDER, GATEWAY = "engine", "provider", "gateway"
 
 _USAGE_KEY = re.compile(r'"usage"\s*:\s*')
 _DECODER = json.JSONDecoder()
@@ -108,6 +108,7 @@ def build(*, record_id: str, request_id: str, start_unix_s: float | None, key_id
         "served_by": {"kind": served.kind, "name": served.name} if served is not None else None,
         "status": int(code) if code.isdigit() else None,
         "error_type": error_type(code, complete),
+        "error_code": None,
         "stream": streaming,
         "complete": complete,
         "prompt_tokens": prompt_n,
@@ -117,6 +118,19 @@ def build(*, record_id: str, request_id: str, start_unix_s: float | None, key_id
         "duration_s": round(duration_s, 6) if duration_s is not None else None,
         "cost_usd": cost_micro / 1e6,
     }
+
+
+def build_answered(*, record_id: str, request_id: str, start_unix_s: float | None, key_id: str | None,
+                   model: str | None, status: int, error_code: str | None) -> dict[str, Any]:
+    """The record of a request the gateway answered itself (a refusal: 400, 401, 404, 429, 503...):
+    served by the gateway, nothing charged. `model` is "" when the refusal came before the body
+    was read (no key, a bad path) or the body named none."""
+    record = build(record_id=record_id, request_id=request_id, start_unix_s=start_unix_s, key_id=key_id,
+                   model=model or "", served=Served(GATEWAY, "shardwise", None), code=str(status),
+                   complete=True, streaming=False, prompt=None, completion=None, cached=None,
+                   ttft_s=None, duration_s=None, cost_micro=0)
+    record["error_code"] = error_code
+    return record
 
 
 def ndjson(records: list[dict[str, Any]]) -> bytes:

@@ -32,6 +32,7 @@ import yarl
 
 from shardwise.gateway import metrics
 from shardwise.gateway.decide import records
+from shardwise.gateway.service.answered import Answered
 from shardwise.gateway.service.observer import Observation
 from shardwise.kube.quietlog import QuietLog
 
@@ -191,7 +192,15 @@ class Export:
                              cost_micro=cost)
 
     def __call__(self, seen: Observation) -> None:
-        record = self.record_of(seen)
+        self._hand(self.record_of(seen))
+
+    def answered(self, answer: Answered) -> None:
+        """A request the gateway refused itself (service/answered.py): its record, nothing charged."""
+        self._hand(records.build_answered(record_id=str(uuid.uuid4()), request_id=answer.request_id,
+                                          start_unix_s=answer.started_unix_s, key_id=answer.key_id,
+                                          model=answer.model, status=answer.status, error_code=answer.error_code))
+
+    def _hand(self, record: dict[str, Any]) -> None:
         for sink in self.sinks:
             try:
                 sink.put(record)

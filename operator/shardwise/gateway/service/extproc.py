@@ -34,6 +34,7 @@ from shardwise.gateway.dataplane import envoy
 from shardwise.gateway.dataplane import extproc_messages as messages
 from shardwise.gateway.decide import disaggregation, keys, openai_errors, picker, requests
 from shardwise.gateway.decide.openai_errors import Refusal
+from shardwise.gateway.service import answered as answered_facts
 from shardwise.gateway.service.dispatcher import Dispatcher
 from shardwise.gateway.service.gatekeeper import Gatekeeper, Ticket
 from shardwise.gateway.service.prefill import PrefillLegs
@@ -82,8 +83,11 @@ def request_id_of(first: pb.ProcessingRequest) -> str:
 
 class ExtProc(pb_grpc.ExternalProcessorServicer):
     def __init__(self, dispatcher: Dispatcher, gatekeeper: Gatekeeper | None = None, providers: Any = None,
-                 prefill: PrefillLegs | None = None) -> None:
+                 prefill: PrefillLegs | None = None,
+                 on_answered: Callable[[answered_facts.Answered], None] | None = None) -> None:
         self.dispatcher = dispatcher
+        # A request the gateway answered itself (a refusal): its usage record (service/answered.py)
+        self.on_answered = on_answered
         self.prefill = prefill or PrefillLegs()  # disaggregated pairs: the prefill leg before the decode
         self.gatekeeper = gatekeeper  # None: no keys (every caller is served)
         self.providers = providers  # service/providers.Book, or None: no hosted models
@@ -97,9 +101,12 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
         except StopAsyncIteration:
             return
         answered = False
+        facts = answered_facts.Facts(started_unix_s=time.time())
         try:
-            async for response in self._route(first, stream):
+            async for response in self._route(first, stream, facts):
                 answered = answered or response.WhichOneof("response") in _FINAL
+                if self.on_answered is not None and response.WhichOneof("response") == "immediate_response":
+                    answered_facts.hand_over(self.on_answered, first, response, facts)
                 yield response
         except Exception as exc:  # noqa: BLE001 - none may reach gRPC: Envoy would answer 503 with an empty body
             request_id = request_id_of(first)
@@ -107,10 +114,14 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
             self.tracebacks.log(exc, request_id)
             if not answered:  # once routed, the request is the engine's to answer
                 metrics.REQUESTS.labels("", "500").inc()
-                yield messages.immediate(openai_errors.internal_error(request_id), "shardwise_internal_error")
+                response = messages.immediate(openai_errors.internal_error(request_id), "shardwise_internal_error")
+                if self.on_answered is not None:
+                    answered_facts.hand_over(self.on_answered, first, response, facts)
+                yield response
 
-    async def _route(self, first: pb.ProcessingRequest,
-                     stream: AsyncIterator[pb.ProcessingRequest]) -> AsyncIterator[pb.ProcessingResponse]:
+    async def _route(self, first: pb.ProcessingRequest, stream: AsyncIterator[pb.ProcessingRequest],
+                     facts: answered_facts.Facts | None = None) -> AsyncIterator[pb.ProcessingResponse]:
+        facts = facts if facts is not None else answered_facts.Facts()
         if first.WhichOneof("request") != "request_headers":
             log.warning("ext_proc stream began with %s, not request headers", first.WhichOneof("request"))
             return
@@ -125,6 +136,7 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
                 yield messages.immediate(found, "shardwise_unauthorized")
                 return
             key = found
+            facts.key_id = key.id
         early = self._answer_headers(method, path, first.request_headers.end_of_stream, key)
         if early is not None:
             metrics.REQUESTS.labels("", str(early.status)).inc()
@@ -141,6 +153,7 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
             yield messages.immediate(parsed, "shardwise_bad_request")
             return
         body, model = parsed
+        facts.model = model
         ticket: Ticket | None = None
         if key is not None and self.gatekeeper is not None:
             admitted = (openai_errors.model_not_allowed(model) if not key.allows(model)

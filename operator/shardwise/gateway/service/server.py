@@ -345,7 +345,8 @@ class Gateway:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
         pb_grpc.add_ExternalProcessorServicer_to_server(
             extproc.ExtProc(self.dispatcher, self.gatekeeper, self.providers,
-                            prefill.PrefillLegs(min_prompt_tokens=self.settings.pd_min_prompt_tokens)), server)
+                            prefill.PrefillLegs(min_prompt_tokens=self.settings.pd_min_prompt_tokens),
+                            on_answered=self.export.answered if self.export is not None else None), server)
         if self.providers is not None:  # the provider clusters, over CDS on a stream of their own
             from envoy.service.cluster.v3 import cds_pb2_grpc
 
