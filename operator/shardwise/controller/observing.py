@@ -117,7 +117,8 @@ class Observer:
             self.settings.metrics_window_seconds, stale_after_s=3 * self.settings.metrics_interval_seconds)))
         pods = await asyncio.to_thread(self.kube.list_pods, key[0], labels.selector_string(key[1]))
         targets = scrape_targets(pods)
-        result = await collector.scrape(targets, timeout_s=self.settings.scrape_timeout_seconds, session=session)
+        result = await collector.scrape(targets, timeout_s=self.settings.scrape_timeout_seconds, session=session,
+                                        path=collector.metrics_path(str(spec.engine.value)))
         now = self._clock()
         for pod, sample in result.samples.items():
             tracked.window.add(pod, sample, now)

@@ -34,8 +34,19 @@ class ScrapeResult:
     errors: Mapping[str, ScrapeError]
 
 
-def metrics_url(address: str) -> str:
-    """`http://<address>/metrics`, adding vLLM's port 8000 when the address has none."""
+# Where each engine serves Prometheus text: trtllm-serve's /metrics is JSON iteration stats, its
+# Prometheus families are at /prometheus/metrics (mounted with return_perf_metrics, which the
+# rendered options file sets; SERVING-SHAPES.md E).
+METRICS_PATHS = {"vllm": "/metrics", "sglang": "/metrics", "trtllm": "/prometheus/metrics"}
+
+
+def metrics_path(engine: str) -> str:
+    """The Prometheus path of spec.engine's program (vLLM's for an unknown one)."""
+    return METRICS_PATHS.get(engine, "/metrics")
+
+
+def metrics_url(address: str, path: str = "/metrics") -> str:
+    """`http://<address><path>`, adding vLLM's port 8000 when the address has none."""
     if address.startswith("["):  # [v6]:port or [v6]
         host_port = address if "]:" in address else f"{address}:{VLLM_PORT}"
     elif address.count(":") > 1:  # bare IPv6
@@ -44,13 +55,13 @@ def metrics_url(address: str) -> str:
         host_port = address
     else:
         host_port = f"{address}:{VLLM_PORT}"
-    return f"http://{host_port}/metrics"
+    return f"http://{host_port}{path}"
 
 
 async def _scrape_one(
-    address: str, timeout_s: float, session: aiohttp.ClientSession
+    address: str, timeout_s: float, session: aiohttp.ClientSession, path: str = "/metrics"
 ) -> parse.Sample | ScrapeError:
-    url = metrics_url(address)
+    url = metrics_url(address, path)
     try:
         async with asyncio.timeout(timeout_s):
             async with session.get(url) as response:
@@ -71,12 +82,14 @@ async def _scrape_one(
 
 
 async def scrape(
-    targets: Mapping[str, str], *, timeout_s: float, session: aiohttp.ClientSession
+    targets: Mapping[str, str], *, timeout_s: float, session: aiohttp.ClientSession,
+    path: str = "/metrics",
 ) -> ScrapeResult:
-    """Scrape every target (pod name -> pod IP, or IP:port) at once; a sample or an error each."""
+    """Scrape every target (pod name -> pod IP, or IP:port) at `path` at once; a sample or an
+    error each."""
     pods = list(targets)
     results = await asyncio.gather(
-        *(_scrape_one(targets[pod], timeout_s, session) for pod in pods), return_exceptions=True
+        *(_scrape_one(targets[pod], timeout_s, session, path) for pod in pods), return_exceptions=True
     )
     samples: dict[str, parse.Sample] = {}
     errors: dict[str, ScrapeError] = {}

@@ -21,6 +21,7 @@ from shardwise_runtime.sim.engine import Engine, Plan, plan_generation
 
 ENGINE_KEY = web.AppKey("engine", Engine)
 _JSON = "application/json"
+TRTLLM_VERSION = "1.0.0"  # the release docs/engines.md pins
 
 
 def _json(payload: Any, status: int = 200) -> web.Response:
@@ -196,15 +197,61 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return await _complete(request, "completion")
 
 
+async def sglang_model_info(request: web.Request) -> web.Response:
+    """GET /get_model_info of SGLang's http_server.py: where the weights and tokenizer came from."""
+    config = request.app[ENGINE_KEY].config
+    return _json({"model_path": config.model, "tokenizer_path": config.model, "is_generation": True,
+                  "preferred_sampling_params": None, "weight_version": "default",
+                  "has_image_understanding": False, "has_audio_understanding": False})
+
+
+async def trtllm_models(request: web.Request) -> web.Response:
+    """GET /v1/models of trtllm-serve: one card, the model it was started with."""
+    engine = request.app[ENGINE_KEY]
+    return _json({"object": "list", "data": [{"id": engine.config.model, "object": "model",
+                                              "created": engine.started, "owned_by": "tensorrt_llm"}]})
+
+
+async def trtllm_version(_: web.Request) -> web.Response:
+    """GET /version of trtllm-serve."""
+    return _json({"version": TRTLLM_VERSION})
+
+
+async def trtllm_iteration_stats(request: web.Request) -> web.Response:
+    """GET /metrics of trtllm-serve: JSON iteration stats, not Prometheus text."""
+    engine = request.app[ENGINE_KEY]
+    engine.exposition()  # brings the load gauges to this moment
+    return _json(engine.metrics.iteration_stats())
+
+
+def _routes(app: web.Application, engine: Engine) -> None:
+    """The engine-specific read-only routes, after the argv that started it (EngineConfig.engine)."""
+    app.router.add_get("/health", health)
+    if engine.config.engine == "sglang":
+        # sglang.launch_server: /health, /get_model_info, and /metrics only with --enable-metrics
+        # (the operator always renders it).
+        app.router.add_get("/get_model_info", sglang_model_info)
+        app.router.add_get("/v1/models", models)
+        app.router.add_get("/metrics", metrics)
+    elif engine.config.engine == "trtllm":
+        # trtllm-serve: JSON stats at /metrics, Prometheus text at /prometheus/metrics (mounted
+        # with return_perf_metrics, which the operator's options file sets).
+        app.router.add_get("/version", trtllm_version)
+        app.router.add_get("/v1/models", trtllm_models)
+        app.router.add_get("/metrics", trtllm_iteration_stats)
+        app.router.add_get("/prometheus/metrics", metrics)
+    else:
+        app.router.add_get("/v1/models", models)
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/metrics/", metrics_filtered)
+
+
 def build_app(engine: Engine) -> web.Application:
     """The aiohttp application serving one engine."""
     app = web.Application()
     app[ENGINE_KEY] = engine
     app.on_response_prepare.append(_set_server_header)
-    app.router.add_get("/health", health)
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/metrics/", metrics_filtered)
+    _routes(app, engine)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     if engine.config.runtime_lora_updating:

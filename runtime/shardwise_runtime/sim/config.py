@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from shardwise_runtime.sim import loopback
 
 VLLM_PORT = 8000
+ENGINES = ("vllm", "sglang", "trtllm")
 # `--max-lora-rank` choices and defaults of vLLM 0.32 (serve-help-all.txt).
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 DEFAULT_MAX_LORA_RANK = 16
@@ -100,8 +101,12 @@ class EngineConfig:
     # Disaggregation (handoff.py): "prefill", "decode" or None (both phases), and the connector.
     role: str | None = None
     kv_connector: str | None = None
+    # Whose API and metrics the engine speaks: the program its pod's argv starts (pods.engine_of).
+    engine: str = "vllm"
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if self.role not in (None, "prefill", "decode"):
             raise ValueError(f"role must be prefill, decode or None, got {self.role!r}")
         if not loopback.is_loopback_host(self.host):

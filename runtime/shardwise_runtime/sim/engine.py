@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Container
 
-from shardwise_runtime.sim import adapterfiles, errors, handoff, latency, lora, metrics, protocol
+from shardwise_runtime.sim import adapterfiles, engine_metrics, errors, handoff, latency, lora, metrics, protocol
 from shardwise_runtime.sim.config import EngineConfig
 
 # Requests the engine was given no max_tokens for stop "naturally" after this many tokens
@@ -71,14 +71,17 @@ def _plan_generation(
         return dataclasses.replace(
             plan, model=name, lora=name, shift=protocol.adapter_shift(name)
         )
-    if request.model is not None and request.model not in config.served_model_names:
+    # trtllm-serve's OpenAI server never checks the request's `model` (openai_server.py answers
+    # under the one model it was started with), so any name reaches it.
+    if (request.model is not None and request.model not in config.served_model_names
+            and config.engine != "trtllm"):
         # The aliases are the base names only, even with adapters loaded (lora captures).
         return errors.unknown_model(request.model, config.served_model_names)
     if request.n != 1:
         return errors.unsupported(
             "the simulated engine generates one choice per request (n=1)", "n"
         )
-    model = request.model or config.served_model_name
+    model = config.served_model_name if config.engine == "trtllm" else (request.model or config.served_model_name)
     room = config.max_model_len - request.prompt_tokens
     if request.max_tokens is None:
         if room < 1:
@@ -164,7 +167,8 @@ class Engine:
         # A KV cache that holds max_concurrency full contexts: usage reaches 1 only when a full
         # batch of maximal requests runs, as with vLLM's own sizing for max_num_seqs.
         self.kv_cache_tokens = config.max_concurrency * config.max_model_len
-        self.metrics = metrics.EngineMetrics(
+        family = {"sglang": engine_metrics.SGLangMetrics, "trtllm": engine_metrics.TrtllmMetrics}
+        self.metrics = family.get(config.engine, metrics.EngineMetrics)(
             config.served_model_name,
             config.max_model_len,
             self.kv_cache_tokens,

@@ -131,17 +131,57 @@ def parse_vllm_args(argv: Sequence[str]) -> VllmArgs:
     )
 
 
-def _vllm_container(pod: Mapping[str, Any]) -> tuple[VllmArgs, dict[str, str]] | None:
-    """The `vllm serve` arguments of the pod's engine container and its literal env values."""
+def engine_of(argv: Sequence[str]) -> str:
+    """Which program an argv starts: `sglang` (python -m sglang.launch_server, sglang serve),
+    `trtllm` (trtllm-serve) or `vllm` (anything else, as before engines were told apart)."""
+    tokens = _tokens(argv)
+    for index, token in enumerate(tokens):
+        name = token.rsplit("/", 1)[-1]
+        if token == "sglang.launch_server" or (name == "sglang" and tokens[index + 1:index + 2] == ["serve"]):
+            return "sglang"
+        if name == "trtllm-serve":
+            return "trtllm"
+    return "vllm"
+
+
+# SGLang's and trtllm-serve's spellings of the flags the simulator reads, in vLLM's names.
+_SGLANG_FLAGS = {"model-path": "model", "context-length": "max-model-len",
+                 "max-running-requests": "max-num-seqs", "tp-size": "tensor-parallel-size",
+                 "tp": "tensor-parallel-size", "pp-size": "pipeline-parallel-size"}
+_TRTLLM_FLAGS = {"max_seq_len": "max-model-len", "max_batch_size": "max-num-seqs",
+                 "tp_size": "tensor-parallel-size", "pp_size": "pipeline-parallel-size"}
+
+
+def parse_engine_args(argv: Sequence[str]) -> tuple[str, VllmArgs]:
+    """The engine an argv starts and the flags the simulator reads, renamed to vLLM's."""
+    engine = engine_of(argv)
+    if engine == "vllm":
+        return engine, parse_vllm_args(argv)
+    tokens = _tokens(argv)
+    renames = _SGLANG_FLAGS if engine == "sglang" else _TRTLLM_FLAGS
+    renamed = []
+    for token in tokens:
+        name, eq, value = token[2:].partition("=") if token.startswith("--") else ("", "", "")
+        renamed.append(f"--{renames[name]}{eq}{value}" if name in renames else token)
+    if engine == "trtllm":  # `trtllm-serve MODEL ...`: the positional model, as vLLM's `serve MODEL`
+        at = next(i for i, t in enumerate(renamed) if t.rsplit("/", 1)[-1] == "trtllm-serve")
+        renamed = ["serve", *renamed[at + 1:]]
+    args = parse_vllm_args(renamed)
+    # Neither has vLLM's LoRA or KV-transfer flags under those names; admission refuses both.
+    return engine, dataclasses.replace(args, enable_lora=False, lora_modules=(), kv_transfer_config=None)
+
+
+def _engine_container(pod: Mapping[str, Any]) -> tuple[str, VllmArgs, dict[str, str]] | None:
+    """(engine, arguments, literal env values) of the pod's engine container."""
     for container in pod.get("spec", {}).get("containers", []) or []:
-        args = parse_vllm_args([*(container.get("command") or []), *(container.get("args") or [])])
+        engine, args = parse_engine_args([*(container.get("command") or []), *(container.get("args") or [])])
         if args.model or args.served_model_names:
             env = {
                 str(e["name"]): str(e["value"])
                 for e in container.get("env") or []
                 if isinstance(e, dict) and e.get("name") and e.get("value") is not None
             }
-            return args, env
+            return engine, args, env
     return None
 
 
@@ -240,10 +280,10 @@ def engine_config_from_pod(pod: Mapping[str, Any],
         return None
     if ip not in _LOOPBACK:
         return None
-    found = _vllm_container(pod)
+    found = _engine_container(pod)
     if found is None:
         return None
-    args, env = found
+    engine, args, env = found
     try:
         lora = lora_config(args, env)
         if lora is not None and mounts:
@@ -272,6 +312,7 @@ def engine_config_from_pod(pod: Mapping[str, Any],
         runtime_lora_updating=sim_config.env_flag(env.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")),
         role=handoff.role_of(kv, labels),
         kv_connector=str(kv.get("kv_connector")) if kv and kv.get("kv_connector") else None,
+        engine=engine,
     )
 
 
