@@ -364,3 +364,33 @@ def test_redis_away_per_replica_limits_then_shared_again(front: Setup) -> None:
     # Redis came back empty: one full shared bucket of 20 across both replicas.
     results = _burst(front.a, token, 13) + _burst(front.b, token, 13)
     assert 20 <= sum(r.status_code == 200 for r in results) <= 21
+
+
+def test_a_key_over_its_usd_budget_gets_429_with_the_reason_and_its_status_says_so(front: Setup) -> None:
+    # 0.000001 USD: the first answered request's cost (completion tokens x the deployment's $/1M) spends it
+    token = front.key("budget", models=[METERED], budgetUSD="0.000001", budgetPeriod="Day")
+    eventually(lambda: _post(front.a, token, METERED, max_tokens=16).status_code == 429, timeout=60,
+               what="the budget spent")
+    refused = _post(front.a, token, METERED)
+    assert refused.status_code == 429
+    error = refused.json()["error"]
+    assert (error["type"], error["code"]) == ("budget", "insufficient_quota")
+    assert f"{front.kubectl.namespace}/budget" in error["message"] and "this day (UTC)" in error["message"]
+    now = time.time()
+    to_midnight = 86_400 - int(now) % 86_400
+    assert abs(int(refused.headers["retry-after"]) - to_midnight) <= 5  # the period's end, not a minute
+    with pytest.raises(openai.RateLimitError):
+        openai.OpenAI(base_url=front.a.base_url, api_key=token, max_retries=0).completions.create(
+            model=METERED, prompt="x", max_tokens=1)
+
+    def exceeded() -> Any:
+        conditions = {c["type"]: c for c in _status(front, "budget").get("conditions", [])}
+        budget = conditions.get("Budget")
+        return budget is not None and budget["status"] == "False" and budget
+    condition = eventually(exceeded, timeout=30, what="Budget condition False")
+    assert condition["reason"] == "BudgetExceeded"
+    status = _status(front, "budget")
+    assert status["periodCostUSD"] >= 0.000001 and status["periodStart"].endswith("T00:00:00Z")
+    # the other replica charged nothing itself: it learns the spend from the status
+    eventually(lambda: _post(front.b, token, METERED).status_code == 429, timeout=30,
+               what="the other replica refuses too")

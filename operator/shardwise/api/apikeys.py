@@ -12,7 +12,7 @@ usage counts are cumulative since the APIKey was created.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +49,13 @@ class APIKeySpec(_Model):
                                         "response's usage (token bucket); absent: unlimited.")
     maxConcurrentRequests: int | None = Field(None, ge=1, le=1_000_000,
                                               description="Requests in flight at once; absent: unlimited.")
+    budgetUSD: str | None = Field(None, pattern=r"^[0-9]{1,9}(\.[0-9]{1,6})?$", max_length=16,
+                                  description="Spend budget in USD per budgetPeriod, a decimal string (\"25\", "
+                                  "\"0.50\"): once the period's cost (self-hosted and hosted) reaches it, requests "
+                                  "are refused with 429 (type budget, code insufficient_quota, Retry-After to the "
+                                  "period's end) and the Budget condition is False; absent: no budget.")
+    budgetPeriod: Literal["Day", "Month"] = Field("Month", description="The budget's period: a calendar day "
+                                                  "or month in UTC.")
     disabled: bool = Field(False, description="Refuse this key (401) without deleting it.")
     console: bool = Field(False, description="This key also opens the gateway's /console (usage and cost of "
                           "every key); without it the console answers 403. Only with `serve --auth`.")
@@ -61,12 +68,16 @@ class APIKeyStatus(_Model):
     totalTokens: int = Field(0, description="promptTokens + completionTokens.")
     costUSD: float = Field(0.0, description="Completion tokens priced at the serving deployment's "
                            "status.cost.perMillionOutputTokensUSD.")
+    periodStart: str | None = Field(None, description="Start of the budget period periodCostUSD counts (RFC 3339, "
+                                    "UTC); only with a budget.")
+    periodCostUSD: float = Field(0.0, description="Cost in USD in the budget period starting periodStart.")
     rateLimited: int = Field(0, description="Requests refused with 429 for this key's limits.")
     lastUsed: str | None = Field(None, description="When usage last moved (RFC 3339), as the status writer saw it.")
     keyId: str | None = Field(None, description="The first 12 hex digits of the key's sha256 (not the key).")
     conditions: list[v1alpha1.Condition] = Field(default_factory=list,
                                                  description="Ready (key usable), QuotaShared (limits held "
-                                                 "across gateway replicas through Redis).")
+                                                 "across gateway replicas through Redis), Budget (with a "
+                                                 "budget: WithinBudget or BudgetExceeded).")
     observedGeneration: int | None = Field(None, description="The spec generation the conditions describe.")
 
 
@@ -85,6 +96,7 @@ def printer_columns() -> list[dict[str, Any]]:
         col("Requests", "integer", ".status.requests"),
         col("Tokens", "integer", ".status.totalTokens"),
         col("Cost-USD", "number", ".status.costUSD"),
+        col("Budget", "string", '.status.conditions[?(@.type=="Budget")].reason', priority=1),
         col("Shared", "string", '.status.conditions[?(@.type=="QuotaShared")].status', priority=1),
         col("Age", "date", ".metadata.creationTimestamp"),
     ]

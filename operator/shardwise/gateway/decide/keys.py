@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shardwise.api import apikeys
+from shardwise.gateway.decide import budget as budget_
 
 Obj = Mapping[str, Any]
 HASH_FIELD = "keySha256"  # where slim_secret puts the hash (the Secret's data is dropped)
@@ -38,13 +39,19 @@ class Key:
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
     max_concurrent: int | None = None
+    budget: budget_.Budget | None = None  # a spend budget per period (decide/budget.py)
+    # what the status says was spent in `spent_period` (its start), micro-USD: where a restarted
+    # replica starts counting the period from
+    spent_period: str | None = None
+    spent_micro: int = 0
 
     def allows(self, model: str) -> bool:
         return not self.models or model in self.models
 
     @property
     def limited(self) -> bool:
-        return any(v is not None for v in (self.requests_per_minute, self.tokens_per_minute, self.max_concurrent))
+        return any(v is not None for v in (self.requests_per_minute, self.tokens_per_minute, self.max_concurrent,
+                                           self.budget))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,8 +142,18 @@ def _policy(obj: Obj) -> Key | str:
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             return f"spec.{field} must be a positive integer"
         limits[field] = value
+    budget = budget_.parse(spec.get("budgetUSD"), spec.get("budgetPeriod"))
+    if isinstance(budget, str):
+        return budget
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    try:
+        spent_micro = round(float(status.get("periodCostUSD") or 0) * 1_000_000)
+    except (TypeError, ValueError):
+        spent_micro = 0
     return Key(id=key_id(obj), models=frozenset(models), requests_per_minute=limits["requestsPerMinute"],
-               tokens_per_minute=limits["tokensPerMinute"], max_concurrent=limits["maxConcurrentRequests"])
+               tokens_per_minute=limits["tokensPerMinute"], max_concurrent=limits["maxConcurrentRequests"],
+               budget=budget, spent_period=status.get("periodStart") if budget is not None else None,
+               spent_micro=spent_micro if budget is not None else 0)
 
 
 def build_table(api_keys: Iterable[Obj], secrets: Iterable[Obj]) -> KeyTable:

@@ -9,11 +9,12 @@ replica; False: the per-replica fallback applies). Nothing changed: no patch (no
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
 from shardwise import conditions
-from shardwise.gateway.decide import quota
+from shardwise.gateway.decide import budget, quota
 
 
 def desired_status(obj: Mapping[str, Any], usage: quota.Usage | None, *, problem: str | None,
@@ -48,6 +49,23 @@ def desired_status(obj: Mapping[str, Any], usage: quota.Usage | None, *, problem
         "observedGeneration": generation,
     }
     status["lastUsed"] = now if usage.requests else old.get("lastUsed")
+    spec = obj.get("spec") or {}
+    limit = budget.parse(spec.get("budgetUSD"), spec.get("budgetPeriod"))
+    if isinstance(limit, budget.Budget):
+        start, end = budget.bounds(datetime.datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.UTC), limit.period)
+        period = budget.stamp(start)
+        try:
+            recorded = round(float(old.get("periodCostUSD") or 0) * 1e6)
+        except (TypeError, ValueError):
+            recorded = 0
+        # the period's usage since the last write lands in this period (a write a second late at
+        # its turn counts that second's usage in the new period: the budget errs towards the caller)
+        spent = budget.spent_in(period, old.get("periodStart"), recorded) + usage.cost_micro_usd
+        status["periodStart"], status["periodCostUSD"] = period, round(spent / 1e6, 6)
+        status["conditions"] = conditions.merge(status["conditions"], [budget.condition(limit, spent,
+                                                                                        budget.stamp(end))],
+                                                generation=generation, now=now)
     return status
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import itertools
 import logging
 import os
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shardwise.gateway import metrics
-from shardwise.gateway.decide import keys, openai_errors, quota
+from shardwise.gateway.decide import budget, keys, openai_errors, quota
 from shardwise.gateway.decide.openai_errors import Refusal
 from shardwise.kube.quietlog import QuietLog
 
@@ -55,7 +56,8 @@ class Ticket:
 class Gatekeeper:
     def __init__(self, settings: AuthSettings, *, price_of: Callable[[str], float | None] = lambda m: None,
                  store: Any = None, clock: Callable[[], float] = time.monotonic,
-                 cost_of: Callable[[str, int, int, int], int | None] = lambda m, p, c, cached: None) -> None:
+                 cost_of: Callable[[str, int, int, int], int | None] = lambda m, p, c, cached: None,
+                 wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)) -> None:
         self.settings = settings
         self.table = keys.KeyTable(by_hash={}, problems={})
         self._by_id: dict[str, keys.Key] = {}
@@ -75,6 +77,9 @@ class Gatekeeper:
         # micro-USD of a response at a hosted provider's prices (prompt, completion, cached prompt), None: not hosted
         self._cost_of = cost_of
         self._clock = clock
+        self._wall = wall
+        # key id -> (period start, micro-USD) this replica charged a key with a budget in that period
+        self.spend: dict[str, tuple[str, int]] = {}
         self._leases = itertools.count(1)
         self._lease_prefix = f"{os.getpid()}-{time.time_ns() % 10**9}-"
         self._tasks: set[asyncio.Task[None]] = set()
@@ -102,6 +107,12 @@ class Gatekeeper:
     # -- quotas -----------------------------------------------------------------------------
     async def admit(self, key: keys.Key) -> Ticket | Refusal:
         lease = f"{self._lease_prefix}{next(self._leases)}"
+        if key.budget is not None:
+            spent, now = self.spent(key), self._wall()
+            if budget.over(key.budget, spent):
+                metrics.RATE_LIMITED.labels(key.id, "budget").inc()
+                self.pending.setdefault(key.id, quota.Usage()).limited += 1
+                return budget.refusal(key.id, key.budget, spent, now)
         if not key.limited:
             return Ticket(key, lease, shared=False)
         started = time.perf_counter()
@@ -127,6 +138,14 @@ class Gatekeeper:
         if key.max_concurrent is not None:
             self.in_flight[lease] = ticket
         return ticket
+
+    def spent(self, key: keys.Key, start: str | None = None) -> int:
+        """Micro-USD the key spent in the current period: this replica's count, or the status's where
+        it is higher (usage other replicas handed in, or from before this process started)."""
+        assert key.budget is not None
+        start = start or budget.stamp(budget.bounds(self._wall(), key.budget.period)[0])
+        return max(budget.spent_in(start, *self.spend.get(key.id, (None, 0))),
+                   budget.spent_in(start, key.spent_period, key.spent_micro))
 
     def release(self, ticket: Ticket) -> None:
         if self.in_flight.pop(ticket.lease, None) is None:
@@ -156,6 +175,9 @@ class Gatekeeper:
             metrics.KEY_COST.labels(key_id).inc(cost_micro / 1e6)
         usage = quota.Usage(requests=1, prompt=prompt, completion=completion, cost_micro_usd=cost_micro)
         key = self._by_id.get(key_id) or keys.Key(id=key_id, models=frozenset())
+        if key.budget is not None and cost_micro:
+            start = budget.stamp(budget.bounds(self._wall(), key.budget.period)[0])
+            self.spend[key_id] = (start, self.spent(key, start) + cost_micro)
         # A key without a tokens limit has no bucket to charge at once: its usage joins what is
         # handed in with the next probe (one pipelined round trip a second for every such key,
         # not a script per response: the keyed fast path's share of the service's CPU).
