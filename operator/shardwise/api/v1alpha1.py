@@ -382,10 +382,12 @@ class SLOSpec(_Model):
     )
 
 
-class AutoscalingSpec(_Model):
+class ScalingBehaviourSpec(_Model):
+    """spec.autoscaling without its SLO: a disaggregated role's autoscaling, whose SLO is the role's own
+    (disaggregation.prefill.slo, decode.slo)."""
+
     minReplicas: int = Field(1, ge=0, le=MAX_REPLICAS, description="Fewest replicas; 0 needs allowScaleToZero.")
     maxReplicas: int = Field(..., ge=1, le=MAX_REPLICAS, description="Most replicas shardwise may run.")
-    slo: SLOSpec = Field(..., description="Latency targets shardwise keeps the observed p95s under.")
     allowScaleToZero: bool = Field(
         False, description="Allow minReplicas 0; the first request after idling waits for a cold start (minutes)."
     )
@@ -426,6 +428,10 @@ class AutoscalingSpec(_Model):
             ),
         )
     )
+
+
+class AutoscalingSpec(ScalingBehaviourSpec):
+    slo: SLOSpec = Field(..., description="Latency targets shardwise keeps the observed p95s under.")
 
 
 class PricingSpec(_Model):
@@ -650,8 +656,21 @@ DISAGGREGATION_ADAPTERS_MESSAGE = (
     "one LoRA adapter could load KV another adapter computed: use NixlConnector or LMCacheConnectorV1 with adapters"
 )
 DISAGGREGATION_AUTOSCALING_MESSAGE = (
-    "spec.disaggregation with spec.autoscaling is not supported yet: each role runs the replicas its "
-    "disaggregation.prefill/decode.replicas say"
+    "spec.autoscaling does not apply to a disaggregated deployment: each role scales on its own SLO; set "
+    "disaggregation.prefill.autoscaling (with prefill.slo.ttftP95) and/or disaggregation.decode.autoscaling "
+    "(with decode.slo.itlP95)"
+)
+DISAGGREGATION_PREFILL_SLO_MESSAGE = (
+    "spec.disaggregation.prefill.autoscaling needs prefill.slo.ttftP95: the prefill role scales on its time to "
+    "first token"
+)
+DISAGGREGATION_DECODE_SLO_MESSAGE = (
+    "spec.disaggregation.decode.autoscaling needs decode.slo.itlP95: the decode role scales on its inter-token "
+    "latency"
+)
+DISAGGREGATION_PAIR_ZERO_MESSAGE = (
+    "spec.disaggregation: scale to zero applies to the pair: set autoscaling.minReplicas 0 on both roles or on "
+    "neither"
 )
 DISAGGREGATION_DECODE_MESSAGE = (
     "spec.disaggregation.decode.replicas 0 with prefill replicas leaves nothing to answer requests: prefill "
@@ -681,6 +700,19 @@ class PrefillRoleSpec(_Model):
                                "default: the plan's.")
     slo: PrefillSLO = Field(default_factory=PrefillSLO, description="Latency the prefill role answers for.",
                             **_EMPTY)
+    autoscaling: ScalingBehaviourSpec | None = Field(
+        None, description="Scale the prefill engines on slo.ttftP95 (the keys of spec.autoscaling, without slo); "
+        "replicas is then ignored.")
+
+    @model_validator(mode="after")
+    def _scales_on_ttft(self) -> PrefillRoleSpec:  # the CEL rule, for files read offline
+        if self.autoscaling is not None and self.slo.ttftP95 is None:
+            raise ValueError(DISAGGREGATION_PREFILL_SLO_MESSAGE)
+        return self
+
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("!has(self.autoscaling) || has(self.slo.ttftP95)", DISAGGREGATION_PREFILL_SLO_MESSAGE, ".slo"),
+    ))
 
 
 class DecodeRoleSpec(_Model):
@@ -688,6 +720,19 @@ class DecodeRoleSpec(_Model):
     tensor: int | None = Field(None, ge=1, le=512, description="Tensor-parallel degree of a decode engine; "
                                "default: the plan's.")
     slo: DecodeSLO = Field(default_factory=DecodeSLO, description="Latency the decode role answers for.", **_EMPTY)
+    autoscaling: ScalingBehaviourSpec | None = Field(
+        None, description="Scale the decode engines on slo.itlP95 (the keys of spec.autoscaling, without slo); "
+        "replicas is then ignored.")
+
+    @model_validator(mode="after")
+    def _scales_on_itl(self) -> DecodeRoleSpec:  # the CEL rule, for files read offline
+        if self.autoscaling is not None and self.slo.itlP95 is None:
+            raise ValueError(DISAGGREGATION_DECODE_SLO_MESSAGE)
+        return self
+
+    model_config = ConfigDict(json_schema_extra=_rules(
+        ("!has(self.autoscaling) || has(self.slo.itlP95)", DISAGGREGATION_DECODE_SLO_MESSAGE, ".slo"),
+    ))
 
 
 class SharedKVStorage(_Model):
@@ -723,8 +768,10 @@ class DisaggregationSpec(_Model):
             raise ValueError(DISAGGREGATION_OFFLOADING_MESSAGE)
         if self.connector is KVConnector.ExampleConnector and not self.sharedStorage.claimName:
             raise ValueError(DISAGGREGATION_STORAGE_MESSAGE)
-        if self.decode.replicas == 0 and self.prefill.replicas > 0:
+        if self.decode.replicas == 0 and self.prefill.replicas > 0 and self.decode.autoscaling is None:
             raise ValueError(DISAGGREGATION_DECODE_MESSAGE)
+        if _to_zero(self.prefill.autoscaling) != _to_zero(self.decode.autoscaling):
+            raise ValueError(DISAGGREGATION_PAIR_ZERO_MESSAGE)
         return self
 
     model_config = ConfigDict(json_schema_extra=_rules(
@@ -732,9 +779,18 @@ class DisaggregationSpec(_Model):
          ".connector"),
         ("self.mode == 'Aggregated' || self.connector != 'ExampleConnector' || has(self.sharedStorage.claimName)",
          DISAGGREGATION_STORAGE_MESSAGE, ".sharedStorage"),
-        ("self.mode == 'Aggregated' || self.decode.replicas > 0 || self.prefill.replicas == 0",
+        ("self.mode == 'Aggregated' || self.decode.replicas > 0 || self.prefill.replicas == 0 || "
+         "has(self.decode.autoscaling)",
          DISAGGREGATION_DECODE_MESSAGE, ".decode.replicas"),
+        ("self.mode == 'Aggregated' || "
+         "(has(self.prefill.autoscaling) && self.prefill.autoscaling.minReplicas == 0) == "
+         "(has(self.decode.autoscaling) && self.decode.autoscaling.minReplicas == 0)",
+         DISAGGREGATION_PAIR_ZERO_MESSAGE),
     ))
+
+
+def _to_zero(scaling: ScalingBehaviourSpec | None) -> bool:
+    return scaling is not None and scaling.minReplicas == 0
 
 
 # The --kv-transfer-config spellings argparse accepts in extraArgs (prefixes and `_` forms too).

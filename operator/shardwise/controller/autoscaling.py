@@ -27,7 +27,7 @@ from shardwise import autoscale, conditions, planner
 from shardwise.api import v1alpha1 as api
 from shardwise.autoscale import History
 from shardwise.controller import autoscaling_store, events
-from shardwise.decide import progress
+from shardwise.decide import progress, scaling_status
 from shardwise.kube.compare import merge_patch
 from shardwise.controller.cluster import Cluster
 from shardwise.kube.client import ApiException
@@ -37,6 +37,7 @@ from shardwise.decide.scaling_status import (MAX_HISTORY, Outcome, apply_decisio
                                              conflict_condition, held_at_gateway, hpa_conflicts, observation)
 from shardwise.controller.settings import Settings
 from shardwise.observe.aggregate import Summary
+from shardwise.render import disaggregation
 from shardwise.render.labels import INSTANCE_LABEL
 from shardwise.rollout import room
 
@@ -55,10 +56,12 @@ class Autoscaler:
 
     def __init__(self, kube: Cluster, settings: Settings, latest: Callable[[str, str], Summary | None],
                  reconcile: Callable[[str, str], None], *, acting: Callable[[], bool] = lambda: True,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 latest_role: Callable[[str, str, str], Summary | None] = lambda *_: None) -> None:
         self.kube = kube
         self.settings = settings
         self._latest = latest
+        self._latest_role = latest_role  # a disaggregated role's engines only
         self._reconcile = reconcile  # asks for a reconcile (enqueues the key)
         self._acting = acting
         self._clock = clock
@@ -87,12 +90,11 @@ class Autoscaler:
         seen = set()
         failed: list[str] = []
         for item in self.kube.list_inference_deployments():
-            autoscaling = (item.get("spec") or {}).get("autoscaling")
-            if not autoscaling:
+            period = _period(item.get("spec") or {})
+            if period is None:
                 continue
             key = (item["metadata"]["namespace"], item["metadata"]["name"])
             seen.add(key)
-            period = float(autoscaling.get("evaluationPeriodSeconds") or 30)
             # The first evaluation waits one period: the metrics window needs something in it.
             due = self._due.setdefault(key, now + period)
             if now < due or self._cache_behind(key, item):  # behind: evaluated once it catches up
@@ -111,7 +113,10 @@ class Autoscaler:
                 failed.append(f"{key[0]}/{key[1]}: {type(exc).__name__}: {exc}")
         for key in [k for k in self._due if k not in seen]:
             del self._due[key]
-            self._history.pop(key, None)
+            for history_key in (key, *((key[0], _role_key(key[1], role)) for role in scaling_status.ROLE_SLO)):
+                if history_key in self._history:
+                    self._store.forget(*history_key)
+                self._history.pop(history_key, None)
             self._written_over.pop(key, None)
             self._store.forget(*key)
         self._store.flush()
@@ -140,7 +145,8 @@ class Autoscaler:
             return False  # reconcile reports it
         status = infd.get("status") or {}
         plan = status.get("plan") or {}
-        if spec.autoscaling is None or not plan.get("feasible"):
+        roles = scaling_status.scaled_roles(spec)
+        if (spec.autoscaling is None and not roles) or not plan.get("feasible"):
             return False
         stamp = now_rfc3339()
         generation = infd["metadata"].get("generation")
@@ -154,7 +160,8 @@ class Autoscaler:
         if not conflicting:
             held = held_at_gateway(infd["metadata"].get("annotations") or {}, status)
             try:
-                outcome, remember = self._decide(namespace, name, spec, status, stamp, held=held)
+                decide = self._decide_roles if roles else self._decide
+                outcome, remember = decide(namespace, name, spec, status, stamp, held=held)
                 update.update(outcome.update)
             except autoscale.PolicyError as exc:  # the CRD's rules catch most; say the rest
                 update["autoscaling"] = {**(status.get("autoscaling") or {}), "reason": f"invalid policy: {exc}"}
@@ -168,6 +175,53 @@ class Autoscaler:
         for type_, reason, message in outcome.events if outcome else ():
             events.emit(self.kube, infd, type_=type_, reason=reason, message=message, now=stamp)
         return bool(outcome and outcome.changed)
+
+    def _decide_roles(self, namespace: str, name: str, spec: api.InferenceDeploymentSpec,
+                      status: Mapping[str, Any], stamp: str, *, held: float = 0.0
+                      ) -> tuple[Outcome, Callable[[], None]]:
+        """Each autoscaled role of a disaggregated deployment on its own SLO, with the same `decide`:
+        its own engines' metrics, replicas, GPUs, History and forecast; then the pair rule."""
+        now = self._clock()
+        gpu_pods = self.kube.list_gpu_pods()
+        nodes = self.kube.list_nodes()
+        plan = status.get("plan") or {}
+        role_views = status.get("roles") or {}
+        decisions: dict[str, autoscale.Decision] = {}
+        policies: dict[str, autoscale.Policy] = {}
+        capacity: dict[str, int | None] = {}
+        current: dict[str, int] = {}
+        for role in scaling_status.scaled_roles(spec):
+            policies[role] = scaling_status.role_policy(spec, role)
+            # The other role's GPUs are taken: only this role's own pods count as room.
+            others = [p for p in gpu_pods
+                      if not (p["metadata"].get("namespace") == namespace
+                              and (p["metadata"].get("labels") or {}).get(INSTANCE_LABEL) == name
+                              and (p["metadata"].get("labels") or {}).get(disaggregation.ROLE_LABEL) == role)]
+            planned = disaggregation.role_plan(plan, scaling_status.role_spec(spec, role).tensor)
+            capacity[role] = capacity_replicas(planned, planner.inventory_from_nodes(nodes, others),
+                                               spec.placement.nodeSelector, room.tolerations(spec.placement))
+            current[role] = scaling_status.role_replicas(spec, status, role)
+            obs = observation(self._latest_role(namespace, name, role), current=current[role],
+                              ready=int((role_views.get(role) or {}).get("readyReplicas") or 0),
+                              capacity=capacity[role], predicted=plan.get("predicted"),
+                              expected_startup_s=(status.get("modelCache") or {}).get("expectedStartSeconds"),
+                              held=held)
+            key = (namespace, _role_key(name, role))
+            if key not in self._history:
+                self._history[key] = self._store.load(*key, now)
+            decisions[role] = autoscale.decide(policies[role], obs, self._history[key], now)
+        decisions = scaling_status.paired(decisions, current)
+
+        def remember() -> None:
+            for role, decision in decisions.items():
+                key = (namespace, _role_key(name, role))
+                recorded = self._history[key].record(decision, now)
+                self._history[key] = History(recorded.records[-MAX_HISTORY:], recorded.learned)
+                self._store.save(*key, self._history[key], policies[role].evaluation_period_s, now)
+                if decision.direction is not autoscale.Direction.HOLD:
+                    log.info("%s/%s %s: %s", namespace, name, role, decision.event_message())
+
+        return scaling_status.apply_role_decisions(status, decisions, capacity=capacity, stamp=stamp), remember
 
     def _decide(self, namespace: str, name: str, spec: api.InferenceDeploymentSpec,
                 status: Mapping[str, Any], stamp: str, *, held: float = 0.0) -> tuple[Outcome, Callable[[], None]]:
@@ -202,3 +256,21 @@ class Autoscaler:
 
         return apply_decision(status, decision, capacity=capacity, stamp=stamp), remember
 
+
+def _role_key(name: str, role: str) -> str:
+    """A role's History key, `<name>.<role>`: each role learns its own capacity and forecast."""
+    return f"{name}.{role}"
+
+
+def _period(spec: Mapping[str, Any]) -> float | None:
+    """How often this deployment is evaluated; None when nothing of it autoscales. A pair's roles
+    are evaluated together, at the shorter of their periods."""
+    autoscaling = spec.get("autoscaling")
+    if autoscaling:
+        return float(autoscaling.get("evaluationPeriodSeconds") or 30)
+    d = spec.get("disaggregation") or {}
+    if d.get("mode") != api.DisaggregationMode.Disaggregated.value:
+        return None
+    periods = [float((d.get(role) or {}).get("autoscaling", {}).get("evaluationPeriodSeconds") or 30)
+               for role in scaling_status.ROLE_SLO if (d.get(role) or {}).get("autoscaling")]
+    return min(periods) if periods else None

@@ -97,7 +97,7 @@ class Manager:
         self.observer = observing.Observer(self.cluster, settings, acting=self.acting)
         self.adapters = adapters.AdapterSync(self.cluster, settings, acting=self.acting)
         self.autoscaler = autoscaling.Autoscaler(self.cluster, settings, self.observer.latest, self.request,
-                                                 acting=self.acting)
+                                                 acting=self.acting, latest_role=self.observer.latest_role)
         self.synced = threading.Event()
         # Namespaces a write was refused in because they are being deleted: their keys are
         # dropped until an InferenceDeployment is created there again (only possible once the

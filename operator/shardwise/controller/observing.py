@@ -38,7 +38,7 @@ from shardwise.kube.quietlog import QuietLog
 from shardwise.controller.reconcile import now_rfc3339
 from shardwise.controller.settings import Settings
 from shardwise.observe import aggregate, collector, operator_metrics, status
-from shardwise.render import labels
+from shardwise.render import disaggregation, labels
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,20 @@ class _Tracked:
     last_write: float = float("-inf")
     failing: frozenset[str] = frozenset()
     summary: aggregate.Summary | None = None
+    # A disaggregated deployment's summaries per role (its own engines only): prefill's TTFT and
+    # decode's ITL each answer for one role and would be diluted by the other's.
+    roles: dict[str, aggregate.Summary] = dataclasses.field(default_factory=dict)
+
+
+def role_pods(pods: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Pod names by disaggregated role (every role present, empty when it has no pod)."""
+    found: dict[str, set[str]] = {role: set() for role in disaggregation.ROLES}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        role = (meta.get("labels") or {}).get(disaggregation.ROLE_LABEL)
+        if role in found:
+            found[role].add(meta["name"])
+    return found
 
 
 class Observer:
@@ -70,6 +84,10 @@ class Observer:
     def latest(self, namespace: str, name: str) -> aggregate.Summary | None:
         tracked = self._tracked.get((namespace, name))
         return tracked.summary if tracked is not None else None
+
+    def latest_role(self, namespace: str, name: str, role: str) -> aggregate.Summary | None:
+        tracked = self._tracked.get((namespace, name))
+        return tracked.roles.get(role) if tracked is not None else None
 
     async def run_forever(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.settings.scrape_timeout_seconds)
@@ -124,6 +142,8 @@ class Observer:
             tracked.window.add(pod, sample, now)
         summary = tracked.window.summary(now)
         tracked.summary = summary
+        tracked.roles = {role: tracked.window.summary(now, names) for role, names in role_pods(pods).items()} \
+            if disaggregation.enabled(spec) else {}
         latency = {**status.status_latency(summary), "scrapeErrors": len(result.errors)}
         ready = int((item.get("status") or {}).get("readyReplicas") or 0)
         figures = {"latency": latency, "cost": status_cost(plan, ready, spec, prices, summary)}

@@ -35,7 +35,7 @@ import pydantic
 from shardwise import conditions
 from shardwise.api import v1alpha1 as api
 from shardwise.decide import adaptercache, adapters, cachestate, missing_api, modelcache, ownership, planning, progress, rollouts
-from shardwise.decide import live_status
+from shardwise.decide import live_status, scaling_status
 from shardwise.decide import routing as routing_status
 from shardwise.decide.transitions import Announcement, transitions
 from shardwise.decide.workload_health import Failure
@@ -194,6 +194,8 @@ def decide(snapshot: Snapshot, refused: Refused | None = None) -> Decision:
         return _with_status(stored, progress.invalid_spec_status(
             stored, cannot, generation=generation, now=now, reason="EngineCannotServe"))
     desired = progress.desired_replicas(spec, stored)
+    # An autoscaled role runs what the autoscaler last decided for it (status.autoscaling.roles).
+    spec = scaling_status.with_role_replicas(spec, stored)
 
     applies: list[Apply] = []
     deletes: list[dict[str, Any]] = []

@@ -18,6 +18,7 @@ from shardwise.conditions import Condition
 from shardwise.observe.aggregate import Summary
 from shardwise.planner import corrections, inventory, placement
 from shardwise.rollout import progress as rollout_progress
+from shardwise.render import disaggregation
 from shardwise.render.labels import WAKE_ANNOTATION
 from shardwise.rollout import room
 
@@ -159,3 +160,106 @@ def conflict_condition(names: list[str]) -> Condition:
                          f"HorizontalPodAutoscaler {', '.join(names)} targets this InferenceDeployment while "
                          "spec.autoscaling is set; shardwise makes no scaling decision until one is removed")
     return Condition(CONFLICT, False, "NoConflict", "no HorizontalPodAutoscaler targets this resource")
+
+
+# A disaggregated deployment scales each role on the latency it answers for (docs/disaggregation.md).
+ROLE_SLO = {disaggregation.PREFILL: "ttftP95", disaggregation.DECODE: "itlP95"}
+
+
+def role_spec(spec: api.InferenceDeploymentSpec, role: str) -> Any:
+    assert spec.disaggregation is not None
+    return spec.disaggregation.prefill if role == disaggregation.PREFILL else spec.disaggregation.decode
+
+
+def scaled_roles(spec: api.InferenceDeploymentSpec) -> tuple[str, ...]:
+    """The roles of a disaggregated deployment that autoscale; () for anything else."""
+    if not disaggregation.enabled(spec):
+        return ()
+    return tuple(role for role in disaggregation.ROLES if role_spec(spec, role).autoscaling is not None)
+
+
+def role_policy(spec: api.InferenceDeploymentSpec, role: str) -> autoscale.Policy:
+    """The role's autoscaling settings with its own SLO as the only target: the same `decide`,
+    judging prefill engines by their TTFT and decode engines by their ITL."""
+    chosen = role_spec(spec, role)
+    target = ROLE_SLO[role]
+    slo = {target: getattr(chosen.slo, target)}
+    assert chosen.autoscaling is not None
+    return autoscale.policy_from_spec({**chosen.autoscaling.model_dump(mode="json", exclude_none=True),
+                                       "slo": slo})
+
+
+def role_replicas(spec: api.InferenceDeploymentSpec, status: Mapping[str, Any], role: str) -> int:
+    """The role's replicas: its spec's, or its last autoscaling decision clamped to its bounds."""
+    chosen = role_spec(spec, role)
+    if chosen.autoscaling is None:
+        return int(chosen.replicas)
+    decided = (((status.get("autoscaling") or {}).get("roles") or {}).get(role) or {}).get("desiredReplicas")
+    low, high = chosen.autoscaling.minReplicas, chosen.autoscaling.maxReplicas
+    return min(max(int(decided) if decided is not None else low, low), high)
+
+
+def with_role_replicas(spec: api.InferenceDeploymentSpec, status: Mapping[str, Any]) -> api.InferenceDeploymentSpec:
+    """`spec` with each autoscaled role's replicas set to what the autoscaler decided, so the
+    renderer and the status read one number per role."""
+    roles = scaled_roles(spec)
+    if not roles:
+        return spec
+    assert spec.disaggregation is not None
+    d = spec.disaggregation
+    updated = {role: role_spec(spec, role).model_copy(update={"replicas": role_replicas(spec, status, role)})
+               for role in roles}
+    return spec.model_copy(update={"disaggregation": d.model_copy(update=updated)})
+
+
+def paired(decisions: Mapping[str, Decision], current: Mapping[str, int]) -> dict[str, Decision]:
+    """Scale to zero applies to the pair: it goes to zero only when both roles decide zero, and a
+    role that wants replicas wakes the other (a prefill engine alone answers nothing; a decode
+    engine alone would prefill every prompt itself while its prefill role sleeps).
+
+    `decisions` are both roles' (both autoscale when either may reach zero: admission's rule);
+    `current` their replicas now.
+    """
+    if set(decisions) != set(disaggregation.ROLES):
+        return dict(decisions)
+    if all(d.desired_replicas == 0 for d in decisions.values()) or all(
+            d.desired_replicas > 0 for d in decisions.values()):
+        return dict(decisions)
+    out = {}
+    for role, d in decisions.items():
+        if d.desired_replicas > 0:
+            out[role] = d
+            continue
+        other = next(r for r in decisions if r != role)
+        out[role] = dataclasses.replace(
+            d, desired_replicas=1, current_replicas=current.get(role, d.current_replicas),
+            notes=(*d.notes, f"kept at 1: the {other} role serves, and scale to zero applies to the pair"))
+    return out
+
+
+def apply_role_decisions(status: Mapping[str, Any], decisions: Mapping[str, Decision], *,
+                         capacity: Mapping[str, int | None], stamp: str) -> Outcome:
+    """`apply_decision` per role, under status.autoscaling.roles.<role>; reconcile carries each
+    role's count to its Deployment and sums them into status.desiredReplicas.
+
+    status.autoscaling.lastScaleTime is the newest role change: the gateway's wake request is
+    spent once a decision after it is written (held_at_gateway), for both roles together.
+    """
+    previous = status.get("autoscaling") or {}
+    roles_before = previous.get("roles") or {}
+    roles: dict[str, Any] = {}
+    found: list[tuple[str, str, str]] = []
+    changed = False
+    for role, decision in decisions.items():
+        before = roles_before.get(role) or {}
+        view = {"desiredReplicas": before.get("desiredReplicas"), "autoscaling": before}
+        outcome = apply_decision(view, decision, capacity=capacity.get(role), stamp=stamp)
+        found += [(t, reason, f"{role}: {message}") for t, reason, message in outcome.events]
+        changed = changed or outcome.changed
+        roles[role] = outcome.update.get("autoscaling") or before
+    if all(roles.get(r) == roles_before.get(r) for r in roles) and set(roles) == set(roles_before):
+        return Outcome({}, tuple(found), changed)
+    stamps = [str(r.get("lastScaleTime")) for r in roles.values() if r.get("lastScaleTime")]
+    summary = {"roles": roles, "lastScaleTime": max(stamps) if stamps else None,
+               "reason": "; ".join(f"{role}: {decisions[role].reason}" for role in decisions)}
+    return Outcome({"autoscaling": {k: v for k, v in summary.items() if v is not None}}, tuple(found), changed)

@@ -15,7 +15,7 @@ import bisect
 import collections
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from shardwise.observe import parse
 from shardwise.observe.parse import Histogram, Sample
@@ -339,11 +339,14 @@ class Window:
             self._next_sweep = t + self.stale_after_s
         return step
 
-    def summary(self, now: float) -> Summary:
+    def summary(self, now: float, pods: Collection[str] | None = None) -> Summary:
+        """`pods`: only these pods' scrapes (a disaggregated role's engines); None: every pod."""
         start = now - self.window_seconds
         deltas = []
         gauges = []
-        for state in self._pods.values():
+        for pod, state in self._pods.items():
+            if pods is not None and pod not in pods:
+                continue
             newest_t, newest = state.ring[-1]
             if newest_t < start:
                 continue
