@@ -22,7 +22,8 @@ def test_a_keys_429_is_a_record_with_its_key_and_no_tokens() -> None:
     facts = answered.Facts(started_unix_s=1780000000.25, key_id="team/k", model="m")
     got = answered.answered_of(_first(), messages.immediate(refusal, "shardwise_refused"), facts)
     assert got == answered.Answered(request_id="rid-1", started_unix_s=1780000000.25, key_id="team/k", model="m",
-                                    status=429, error_code="rate_limit_exceeded", details="shardwise_refused")
+                                    status=429, error_code="rate_limit_exceeded", details="shardwise_refused",
+                                    error_kind="requests")
     record = records.build_answered(record_id="id-9", request_id=got.request_id, start_unix_s=got.started_unix_s,
                                     key_id=got.key_id, model=got.model, status=got.status, error_code=got.error_code)
     assert record["served_by"] == {"kind": records.GATEWAY, "name": "shardwise"} and record["namespace"] is None

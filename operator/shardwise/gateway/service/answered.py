@@ -39,14 +39,15 @@ class Answered:
     status: int
     error_code: str | None  # the OpenAI error body's `code` (e.g. invalid_api_key, rate_limit_exceeded)
     details: str  # Envoy's response code details the route filter set (shardwise_refused, ...)
+    error_kind: str | None = None  # the error body's `type` (a key's 429: which quota, requests or tokens)
 
 
-def error_code_of(body: bytes) -> str | None:
+def error_code_of(body: bytes, field: str = "code") -> str | None:
     try:
         error = json.loads(body).get("error")
     except (ValueError, AttributeError):
         return None
-    code = error.get("code") if isinstance(error, dict) else None
+    code = error.get(field) if isinstance(error, dict) else None
     return code if isinstance(code, str) else None
 
 
@@ -59,7 +60,8 @@ def answered_of(first: pb.ProcessingRequest, response: pb.ProcessingResponse, fa
     headers = messages.header_map(first.request_headers) if first.HasField("request_headers") else {}
     return Answered(request_id=headers.get("x-request-id", ""), started_unix_s=facts.started_unix_s,
                     key_id=facts.key_id, model=facts.model, status=status,
-                    error_code=error_code_of(reply.body), details=reply.details)
+                    error_code=error_code_of(reply.body), details=reply.details,
+                    error_kind=error_code_of(reply.body, "type"))
 
 
 def hand_over(sink: Callable[[Answered], None], first: pb.ProcessingRequest,
