@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from shardwise.planner import efficiency, gpus, memory, models, performance
+from shardwise.planner import efficiency, engines, gpus, memory, models, performance
 
 METRICS = ("ttftMs", "itlMs", "tokensPerSecond")
 # Engine families: the part of a case's `engine` before the first "-" (vllm-0.11.0 -> vllm), except
@@ -214,12 +214,13 @@ def cases(data: Mapping[str, Any] | None = None) -> list[Case]:
 
 def predicted(c: Case, eff: efficiency.Efficiency | None = None) -> dict[str, float]:
     eff = eff or efficiency.fitted()
-    p = performance.predict(c.work, c.hw, c.tp, c.pp, eff, dp=c.dp, ep=c.ep)
     # The engine's own speed against vLLM's (efficiency.engine_factor): its steps take this much
-    # of vLLM's time, fitted where a source measured one model on one GPU with both engines.
-    f = eff.engine_factor(c.engine_family)
-    return {"ttftMs": p.ttft_s * 1e3 * f, "itlMs": p.itl_s * 1e3 * f,
-            "tokensPerSecond": p.tokens_per_s / f}
+    # of vLLM's time, fitted where a source measured one model on one GPU with both engines. The
+    # planner applies the same function to a spec's engine.
+    p = engines.apply(performance.predict(c.work, c.hw, c.tp, c.pp, eff, dp=c.dp, ep=c.ep),
+                      c.engine_family, eff)
+    return {"ttftMs": p.ttft_s * 1e3, "itlMs": p.itl_s * 1e3,
+            "tokensPerSecond": p.tokens_per_s}
 
 
 @dataclass(frozen=True)

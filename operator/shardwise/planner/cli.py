@@ -18,6 +18,7 @@ answer.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -28,7 +29,7 @@ from typing import Any
 import yaml
 
 from shardwise import planner, pricing
-from shardwise.planner import corrections, hfconfig, models, plans
+from shardwise.planner import corrections, engine_choice, engines, hfconfig, models, plans
 from shardwise.planner import request as plan_request
 
 _BAND_NAMES = {"ttftMs": "TTFT", "itlMs": "ITL", "tokensPerSecond": "tokens/s"}
@@ -63,6 +64,11 @@ def register(subparsers: Any) -> None:
         "the catalog lacks; without it they are read from the hub (HF_ENDPOINT, HF_TOKEN)",
     )
     parser.add_argument("-o", "--output", choices=("json", "table"), default="table")
+    parser.add_argument(
+        "--engine",
+        help="plan for these engines instead of spec.engine: one (vllm, sglang, trtllm), a comma "
+        "list, or all; with several, each engine's plan side by side and which wins the objective",
+    )
     workload = parser.add_argument_group(
         "workload", "override spec.workload: the traffic the predictions are for"
     )
@@ -241,7 +247,8 @@ def _weights_lines(result: plans.Plan) -> list[str]:
 
 
 def _table(result: plans.Plan, arch: models.ModelArch | None = None) -> str:
-    lines = [f"FEASIBLE     {'yes' if result.feasible else 'no'} ({result.reason_code})"]
+    lines = [f"FEASIBLE     {'yes' if result.feasible else 'no'} ({result.reason_code})",
+             f"ENGINE       {engines.LABELS.get(result.engine, result.engine)}"]
     if arch is not None:
         lines.extend(
             textwrap.wrap(
@@ -274,7 +281,8 @@ def _table(result: plans.Plan, arch: models.ModelArch | None = None) -> str:
             for metric, typical, p90 in p.error_band
         )
         lines.append(
-            f"ERROR BAND   {bands} (held out, leave-one-publisher-out, vLLM on {p.gpu_family} "
+            f"ERROR BAND   {bands} (held out, leave-one-publisher-out, "
+            f"{engines.LABELS.get(result.engine, result.engine)} on {p.gpu_family} "
             "GPUs; docs/planner-calibration.md)"
         )
     if result.capacity_message:
@@ -306,6 +314,46 @@ def _table(result: plans.Plan, arch: models.ModelArch | None = None) -> str:
     return "\n".join(lines)
 
 
+def _engines(value: str | None) -> tuple[str, ...]:
+    """--engine: () for spec.engine, else the engines named (all: every one)."""
+    if not value:
+        return ()
+    if value.strip() == "all":
+        return engines.ALL
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in engines.ALL]
+    if unknown or not names:
+        raise _InputError(f"--engine: must be all or a comma list of {', '.join(engines.ALL)}, "
+                          f"got {value!r}")
+    return names
+
+
+def _compare(args: argparse.Namespace, request: Any, inv: Any, asked: Sequence[str],
+             prices: dict[str, float] | None, learned: dict[str, plans.Correction]) -> int:
+    result = engine_choice.compare(request, inv, asked, prices=prices, learned=learned)
+    if args.output == "json":
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        lines = [f"  {'ENGINE':<13} {'LAYOUT':<13} {'GPUS':>4} {'ITL ms':>7} {'TTFT ms':>8} "
+                 f"{'TOK/S':>7} {'$/1M':>7}  NOTE"]
+        for o in result.options:
+            p = o.plan
+            label = engines.LABELS[o.engine]
+            if p is None or p.predicted is None:
+                lines.append(f"  {label:<13} not offered: {o.not_offered}")
+                continue
+            f = p.predicted
+            note = "" if o.offered else f"not offered: {o.not_offered}"
+            lines.append(
+                f"  {label:<13} {p.layout or '':<13} {p.gpus_per_replica:>4} {f.itl_ms:>7.1f} "
+                f"{f.ttft_ms:>8.0f} {f.tokens_per_second:>7.0f} "
+                f"{f.per_million_output_tokens_usd:>7.2f}  {note}")
+        lines.extend(textwrap.wrap(result.reason, 100, initial_indent="BEST         ",
+                                   subsequent_indent=" " * 13))
+        print("\n".join(lines))
+    return EXIT_FEASIBLE if result.best else EXIT_INFEASIBLE
+
+
 def run(args: argparse.Namespace) -> int:
     """Handle `shardwise plan`; returns the exit status."""
     try:
@@ -313,8 +361,14 @@ def run(args: argparse.Namespace) -> int:
         plan_request.check_strings(spec)  # before any hub lookup of the model's name
         resolved = _resolved_architecture(spec, args.model_config)
         request = planner.request_from_spec(spec, architecture=resolved)
+        asked = _engines(args.engine)
+        if len(asked) == 1:
+            request = dataclasses.replace(request, engine=asked[0])
         nodes, pods = _cluster_objects() if args.cluster else _objects(args.nodes)
         learned = _cluster_corrections(args.operator_namespace) if args.cluster else {}
+        if len(asked) > 1:
+            return _compare(args, request, planner.inventory_from_nodes(nodes, pods), asked,
+                            _prices(args.prices), learned)
         result = planner.plan(
             request,
             planner.inventory_from_nodes(nodes, pods),

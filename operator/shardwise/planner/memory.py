@@ -122,6 +122,7 @@ def memory_per_gpu(
     lora_slots: int = 0,
     lora_rank: int = 0,
     dp: int = 1,
+    engine: str = "vllm",
 ) -> MemoryFit:
     share = stage_share(arch.layers, pp)
     experts = arch.routed_expert_parameters
@@ -135,12 +136,31 @@ def memory_per_gpu(
         weights_gib=weights / GIB,
         kv_cache_gib=per_sequence * rank_sequences(max_concurrency, dp) / GIB,
         overhead_gib=FIXED_OVERHEAD_GIB + activations / GIB,
-        usable_gib=gpu_memory_utilization * gpu_memory_mib * MIB / GIB,
+        # Each engine reads gpuMemoryUtilization its own way (usable_gib).
+        usable_gib=usable_gib(
+            engine, gpu_memory_utilization, gpu_memory_mib * MIB / GIB, weights / GIB,
+            FIXED_OVERHEAD_GIB + activations / GIB),
         kv_gib_per_sequence=per_sequence / GIB,
         lora_gib=lora_bytes_per_gpu(arch, lora_slots, lora_rank, tp=tp, pp=pp) / GIB,
         dp=dp,
         model_weights_gib=arch.parameters * bytes_per_weight / GIB,
     )
+
+
+def usable_gib(engine: str, utilization: float, gpu_gib: float, weights_gib: float,
+               overhead_gib: float) -> float:
+    """GiB per GPU the engine lets weights, overhead and KV cache take together
+    (planner/engines.py says how each engine reads its memory flag)."""
+    if engine == "sglang":
+        # The static pool holds weights and KV; activations and graphs fit in the rest when they
+        # can, and only their excess comes out of the pool.
+        return utilization * gpu_gib + min(overhead_gib, (1 - utilization) * gpu_gib)
+    if engine == "trtllm":
+        free = gpu_gib - weights_gib - overhead_gib
+        if free <= 0:
+            return gpu_gib  # the weights alone do not fit: needed > usable says so
+        return weights_gib + overhead_gib + utilization * free
+    return utilization * gpu_gib
 
 
 def rank_sequences(max_concurrency: int, dp: int) -> int:

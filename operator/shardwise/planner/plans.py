@@ -101,11 +101,13 @@ class Plan:
     data_parallel: int = 1  # DP attention engines (vLLM --data-parallel-size)
     expert_parallel: int = 1  # EP size (TP x DP) when experts are sharded, else 1
     layout: str | None = None  # TP8xPP1, TP8xEP8, DP2xTP4xEP8 (layouts.Layout.label)
+    engine: str = "vllm"  # spec.engine the predictions and memory fit are for
 
     def _body(self) -> dict[str, Any]:
         fit = self.memory
         return {
             "feasible": self.feasible,
+            "engine": self.engine,
             "tensorParallel": self.tensor_parallel,
             "pipelineParallel": self.pipeline_parallel,
             # `kubectl get infd`'s LAYOUT column (TP8xPP1, TP8xEP8, DP2xTP4xEP8): one narrow column.

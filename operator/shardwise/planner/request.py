@@ -124,6 +124,8 @@ class PlanRequest:
     request_rate: float | None = None  # planned requests/s; wins over concurrency
     lora_slots: int = 0  # spec.lora: GPU adapter slots (vLLM --max-loras); 0 = LoRA off
     lora_rank: int = 0  # and their rank (--max-lora-rank)
+    engine: str = "vllm"  # spec.engine: its memory reading and fitted speed (planner/engines.py)
+    disaggregated: bool = False  # spec.disaggregation mode Disaggregated (vLLM only, as LoRA)
 
     @property
     def weights(self) -> Weights:
@@ -513,4 +515,13 @@ def request_from_spec(
         gpu_hour_usd=price,
         **workload,
         **_lora(spec),
+        **_engine(spec),
     )
+
+
+def _engine(spec: Mapping[str, Any]) -> dict[str, Any]:
+    engine = str(spec.get("engine") or "vllm")
+    if engine not in ("vllm", "sglang", "trtllm"):
+        raise PlanInputError("spec.engine", f"must be vllm, sglang or trtllm, got {engine!r}")
+    mode = (_section(spec, "disaggregation").get("mode") or "")
+    return {"engine": engine, "disaggregated": mode == "Disaggregated"}

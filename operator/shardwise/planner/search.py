@@ -23,6 +23,7 @@ from shardwise.planner import (
     capacity,
     corrections,
     efficiency,
+    engines,
     inventory,
     layouts,
     memory,
@@ -38,8 +39,6 @@ from shardwise.planner.request import PlanRequest
 # few percent of latency is not worth doubling the GPUs (vllm #8089, #12205 in GPU-FACTS.md).
 LATENCY_GAIN_FOR_MORE_GPUS = 0.10
 MAX_NODES_PER_REPLICA = 64
-# The engine whose held-out error band a plan quotes: the one shardwise deploys.
-BAND_ENGINE = "vllm"
 
 
 def _eligible(
@@ -115,9 +114,12 @@ def predict_layout(
         request_rate=request.request_rate,
         kv_capacity_tokens=fit.kv_room_tokens(request.max_model_len),
         fp8_compute=request.fp8_compute,
-        batched_tokens=performance.default_batched_tokens(shape.gpu.memory_mib),
+        batched_tokens=engines.batched_tokens(
+            request.engine, shape.gpu.memory_mib, request.max_model_len),
     )
-    return performance.predict(work, _hardware(shape, lay), lay.tp, lay.pp, dp=lay.dp, ep=lay.ep)
+    return engines.apply(
+        performance.predict(work, _hardware(shape, lay), lay.tp, lay.pp, dp=lay.dp, ep=lay.ep),
+        request.engine)
 
 
 def layout_fit(
@@ -135,6 +137,7 @@ def layout_fit(
         lora_slots=request.lora_slots,
         lora_rank=request.lora_rank,
         dp=lay.dp,
+        engine=request.engine,
     )
 
 
@@ -286,12 +289,13 @@ def _to_plan(
     lay, pred = candidate.layout, candidate.prediction
     schedulable, message = _capacity(candidate)
     family = candidate.shape.gpu.family
-    # The error to expect: held out (leave-one-publisher-out) on vLLM figures, the engine deployed.
+    # The error to expect: held out (leave-one-publisher-out) on the deployed engine's figures
+    # (every engine's where it has too few of its own).
     held = efficiency.held_out()
     bands = tuple(
         (metric, band.typical_factor, band.p90_factor)
         for metric in ("ttftMs", "itlMs", "tokensPerSecond")
-        if (band := held.band(BAND_ENGINE, family, metric)) is not None
+        if (band := held.band(request.engine, family, metric)) is not None
     )
     return plans.Plan(
         feasible=candidate.fit.fits,
@@ -317,13 +321,14 @@ def _to_plan(
             per_million_output_tokens_usd=candidate.per_million_usd,
             price_source=candidate.price_source,
             error_band=bands,
-            gpu_family=held.band_family(BAND_ENGINE, family),
+            gpu_family=held.band_family(request.engine, family),
             saturated=pred.saturated,
             correction=candidate.correction,
             idle_itl_ms=_idle_itl_ms(request, candidate),
         ),
         memory=candidate.fit,
         rejected_because=rejected,
+        engine=request.engine,
     )
 
 
@@ -382,11 +387,19 @@ def plan(
     prices: Mapping[str, float] | None = None,
     learned: Mapping[str, plans.Correction] | None = None,
 ) -> plans.Plan:
-    """Choose TP, PP, GPUs and nodes for one replica of `request` on `inv`.
+    """Choose TP, PP, GPUs and nodes for one replica of `request` on `inv`, for its engine.
 
     `learned` holds the fleet's corrections (corrections.py); a layout with one has its
     predictions scaled by it before ranking, and the reason says so."""
-    learned = learned or {}
+    return dataclasses.replace(_plan(request, inv, prices, learned or {}), engine=request.engine)
+
+
+def _plan(
+    request: PlanRequest,
+    inv: inventory.Inventory,
+    prices: Mapping[str, float] | None,
+    learned: Mapping[str, plans.Correction],
+) -> plans.Plan:
     arch = request.arch
     for error in (
         layouts.tp_error(arch, request.tensor) if request.tensor else None,

@@ -19,6 +19,7 @@ DEPLOYMENTS = FIXTURES / "deployments"
 NODES = FIXTURES / "nodes"
 TOP_KEYS = {
     "weights",
+    "engine",
     "feasible",
     "tensorParallel",
     "pipelineParallel",
