@@ -821,6 +821,23 @@ _ENGINE_RULES = [
 ]
 
 
+class SpilloverSpec(_Model):
+    """Where a request goes instead of waiting, while this deployment cannot answer it (docs/providers.md)."""
+
+    provider: str = Field(..., min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                          description="A Provider in this namespace.")
+    model: str = Field(..., min_length=1, max_length=253,
+                       description="The Provider's model to answer with: a `name` under the Provider's "
+                       "spec.models (what callers would send for it), not this deployment's served name.")
+    when: list[Literal["Waking"]] = Field(["Waking"], min_length=1, max_length=1,
+                                          description="When to spill: Waking (no replica Ready while it "
+                                          "scales from zero or starts; the request is answered at once "
+                                          "instead of held).")
+    maxShare: float = Field(1.0, gt=0, le=1, description="The most of this model's requests, while it "
+                            "spills, sent to the provider (0 < maxShare <= 1); the others are held as without "
+                            "spill-over.")
+
+
 class InferenceDeploymentSpec(_Model):
     model: ModelSpec = Field(..., description="The model to serve.")
     engine: engines.Engine = Field(
@@ -843,6 +860,10 @@ class InferenceDeploymentSpec(_Model):
         None, description="Scale replicas to keep latency under SLOs; then leave spec.replicas unset."
     )
     pricing: PricingSpec = Field(default_factory=PricingSpec, description="GPU price used for cost figures.", **_EMPTY)
+    spillover: SpilloverSpec | None = Field(
+        None, description="Answer through a hosted Provider's model instead of holding a request while no "
+        "replica is Ready (waking from zero); absent: requests are held as usual."
+    )
     rollout: RolloutSpec = Field(
         default_factory=RolloutSpec, description="How a new version replaces the running one.", **_EMPTY
     )

@@ -308,9 +308,13 @@ EnvoyTimestampResolution = {MILLISECOND = 0, MICROSECOND = 1}
 function run(content_type, chunks, stop_after)
   local meta = {}
   local handle = {}
-  function handle:headers() return {get = function(_, key) if key == "content-type" then return content_type end end} end
+  function handle:headers()
+    return {get = function(_, key) if key == "content-type" then return content_type end end,
+            replace = function() end, remove = function() end}
+  end
   function handle:streamInfo()
-    return {dynamicMetadata = function() return {set = function(_, ns, key, value) meta[ns .. "/" .. key] = value end} end}
+    return {dynamicMetadata = function() return {set = function(_, ns, key, value) meta[ns .. "/" .. key] = value end,
+                                                 get = function() return nil end} end}
   end
   function handle:timestampString(resolution) assert(resolution == 1); return "1700000000123456" end
   function handle:bodyChunks()

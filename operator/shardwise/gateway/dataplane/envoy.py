@@ -38,6 +38,9 @@ DESTINATION_HEADER = "x-gateway-destination-endpoint"
 # Extension's picker protocol gives the endpoint served (there: metadata in `envoy.lb`, for the
 # picker), here a response header to the client and the field the access log carries.
 SERVED_HEADER = "x-gateway-destination-endpoint-served"
+# Which path served a response: `self-hosted` or the provider's cluster `provider/NS/NAME` (set by
+# the observe filter, observe_lua.py; absent on the gateway's own answers)
+SERVED_BY_HEADER = "x-shardwise-served-by"
 MODEL_HEADER = "x-shardwise-model"  # set by the route filter for the observer (and access logs)
 KEY_HEADER = "x-shardwise-key"  # the caller's key id, set by the route filter when keys are on
 # The provider cluster a hosted model's request goes to (dataplane/providers.py): set by the route
@@ -195,7 +198,7 @@ def _observe_log(settings: EnvoySettings) -> dict[str, Any]:
                 "buffer_flush_interval": _seconds(settings.observe_flush_s),
             },
             "additional_request_headers_to_log": [MODEL_HEADER, KEY_HEADER],
-            "additional_response_headers_to_log": [SERVED_HEADER],
+            "additional_response_headers_to_log": [SERVED_HEADER, SERVED_BY_HEADER],
         },
     }
 

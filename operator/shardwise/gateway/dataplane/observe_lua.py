@@ -60,6 +60,17 @@ end
 function envoy_on_response(handle)
   -- Envoy's wrappers last until the script yields (each chunk): fetched again for every write.
   local function set(key, value) handle:streamInfo():dynamicMetadata():set(NS, key, value) end
+  -- which path served (issue 42): a provider's cluster, from the picker's shardwise.route metadata
+  -- (a hosted model, or a waking one spilled over), else an engine (the route's served header)
+  local served = handle:headers()
+  local routed = handle:streamInfo():dynamicMetadata():get("shardwise.route")
+  if routed ~= nil and routed["provider"] ~= nil then
+    served:replace("x-shardwise-served-by", routed["provider"])
+  elseif served:get("x-gateway-destination-endpoint-served") ~= nil then
+    served:replace("x-shardwise-served-by", "self-hosted")
+  else
+    served:remove("x-shardwise-served-by")
+  end
   local sse = find(handle:headers():get("content-type") or "", "text/event-stream", 1, true) ~= nil
   local first, events, counted, usage = true, 0, -1, nil
   if sse then  -- a stream that breaks before its first event is still a stream

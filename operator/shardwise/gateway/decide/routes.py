@@ -21,6 +21,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from shardwise.gateway.decide import spillover as spillover_
+
 INSTANCE_LABEL = "shardwise.io/inference-deployment"  # render/labels.py INSTANCE_LABEL
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 ROLE_LABEL = "shardwise.io/role"  # render/disaggregation.py ROLE_LABEL
@@ -49,6 +51,7 @@ class Route:
     # decide/disaggregation.py) and each engine's node (prefill near its decode engine).
     prefill_endpoints: tuple[str, ...] = ()
     nodes: tuple[tuple[str, str], ...] = ()  # (IP:PORT, node name), every engine of the deployment
+    spillover: spillover_.Spillover | None = None  # spec.spillover: a provider's model while waking
 
     @property
     def waking(self) -> bool:
@@ -185,7 +188,8 @@ def build_table(infds: Iterable[Obj], pods: Iterable[Obj]) -> Table:
                               created=meta.get("creationTimestamp") or "",
                               usd_per_million_output_tokens=_price(infd),
                               prefill_endpoints=prefill.get((ns, meta["name"]), ()),
-                              nodes=nodes.get((ns, meta["name"]), ()))
+                              nodes=nodes.get((ns, meta["name"]), ()),
+                              spillover=spillover_.of(spec.get("spillover"), ns))
         bases.append((routes[model], infd))
     for base, infd in bases:  # adapters only once every base model has its name
         failures = adapter_failures(infd)

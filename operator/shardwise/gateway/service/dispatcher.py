@@ -139,6 +139,11 @@ class Dispatcher:
             if self.holds.drop(route.model, ticket) is not None:
                 self._update_held(route.model)
 
+    def wake(self, route: routes.Route) -> None:
+        """A request of a waking model answered elsewhere (spill-over) still asks for its replicas."""
+        if not route.endpoints and self.wakes.due(route.model, self._clock()):
+            self._on_wake(route)
+
     def _maybe_wake(self, model: str) -> None:
         route = self.table.get(model)
         if route is not None and not route.endpoints and self.holds.count(model) and \

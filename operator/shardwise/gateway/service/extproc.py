@@ -38,6 +38,7 @@ from shardwise.gateway.service import answered as answered_facts
 from shardwise.gateway.service.dispatcher import Dispatcher
 from shardwise.gateway.service.gatekeeper import Gatekeeper, Ticket
 from shardwise.gateway.service.prefill import PrefillLegs
+from shardwise.gateway.service.spillover import Spill
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
         self.prefill = prefill or PrefillLegs()  # disaggregated pairs: the prefill leg before the decode
         self.gatekeeper = gatekeeper  # None: no keys (every caller is served)
         self.providers = providers  # service/providers.Book, or None: no hosted models
+        self.spill = Spill(dispatcher, providers) if providers is not None else None  # spill-over while waking
         self.tracebacks = Tracebacks()
 
     async def Process(self, request_iterator: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 - gRPC's name
@@ -168,6 +170,12 @@ class ExtProc(pb_grpc.ExternalProcessorServicer):
             hosted = self._hosted(model)
             if hosted is not None:  # a model only a Provider serves (service/providers.py)
                 async for response in self.providers.serve(hosted, path, body, key.id if key is not None else None,
+                                                           stream):
+                    yield response
+                return
+            spilled = self.spill.target(model) if self.spill is not None else None
+            if spilled is not None:  # waking: answered at once through its provider (service/spillover.py)
+                async for response in self.providers.serve(spilled, path, body, key.id if key is not None else None,
                                                            stream):
                     yield response
                 return

@@ -87,7 +87,7 @@ def slim_infd(infd: dict[str, Any]) -> dict[str, Any]:
     keep = {k: meta[k] for k in ("name", "namespace", "resourceVersion", "creationTimestamp", "deletionTimestamp")
             if k in meta}
     slim_spec: dict[str, Any] = {"model": {"servedName": (spec.get("model") or {}).get("servedName")}}
-    for key in ("replicas", "autoscaling"):
+    for key in ("replicas", "autoscaling", "spillover"):
         if key in spec:
             slim_spec[key] = spec[key]
     if spec.get("adapters"):
