@@ -73,6 +73,11 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--usage-batch", type=int, default=500, help="records per webhook POST at most")
     serve.add_argument("--usage-flush-interval", type=float, default=1.0,
                        help="seconds a partial webhook batch waits at most")
+    serve.add_argument("--event-webhook", action="append", default=[], metavar="URL",
+                       help="POST events (a key at 80/100 %% of a quota, revoked; a provider unhealthy; an SLO "
+                            "state change) to this URL as signed NDJSON (repeatable; docs/usage-export.md)")
+    serve.add_argument("--event-webhook-secret-file", default="",
+                       help="the events' HMAC-SHA256 signing secret (a file); empty: unsigned")
     serve.set_defaults(handler=_serve)
 
     config = commands.add_parser("envoy-config", help="print the Envoy bootstrap (JSON)")
@@ -118,6 +123,14 @@ def _serve(args: argparse.Namespace) -> int:
     settings = dataclasses.replace(settings, usage_stdout=args.usage_stdout, usage_webhooks=tuple(
         export.WebhookSettings(url, secret=secret, buffer=args.usage_buffer, batch=args.usage_batch,
                                flush_interval_s=args.usage_flush_interval) for url in args.usage_webhook))
+    if args.event_webhook:
+        event_secret = b""
+        if args.event_webhook_secret_file:
+            with open(args.event_webhook_secret_file, "rb") as f:
+                event_secret = f.read().strip()
+        settings = dataclasses.replace(settings, event_webhooks=tuple(
+            export.WebhookSettings(url, secret=event_secret, batch=50, flush_interval_s=0.5)
+            for url in args.event_webhook))
     asyncio.run(server.Gateway(Kube(field_manager="shardwise-gateway"), settings).run())
     return 0
 

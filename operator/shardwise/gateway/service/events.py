@@ -143,3 +143,31 @@ def key_versions(apikeys: Iterable[Any], usable: Iterable[str]) -> dict[str, str
         if ident in ids:
             out[ident] = str(meta.get("resourceVersion") or "")
     return {i: out.get(i, "") for i in ids}
+
+
+def observe_hook(export: Any, feed: Events | None) -> Callable[[Any], None] | None:
+    """The observer's hook: the usage record and this replica's minute of key use, either or both."""
+    if feed is None:
+        return export
+
+    def hook(seen: Any) -> None:
+        if seen.key_id and seen.code.startswith("2"):
+            prompt, completion = seen.tokens()
+            feed.use.note(seen.key_id, (prompt or 0) + (completion or 0))
+        elif seen.key_id:
+            feed.use.note(seen.key_id, 0)
+        if export is not None:
+            export(seen)
+    return hook
+
+
+def answered_hook(export: Any, feed: Events | None) -> Callable[[Answered], None] | None:
+    """ext_proc's hook for its own answers: their usage records, and a key's 429 as 100 % of its quota."""
+    if feed is None:
+        return export.answered if export is not None else None
+
+    def hook(answer: Answered) -> None:
+        feed.use.note_refusal(answer)
+        if export is not None:
+            export.answered(answer)
+    return hook

@@ -33,6 +33,7 @@ from shardwise.gateway.console import page as console, web as consoleweb
 from shardwise.gateway.dataplane import fastpath, keys_lua, xds
 from shardwise.gateway.decide import holding, overload, picker, routes
 from shardwise.gateway.service import enginestats, extproc, prefill
+from shardwise.gateway.service import events as event_hooks
 from shardwise.gateway.service.dispatcher import Dispatcher
 from shardwise.gateway.service.gatekeeper import AuthSettings, Gatekeeper
 from shardwise.gateway.service.observer import AccessLog, Observer
@@ -69,6 +70,7 @@ class Settings:
     pd_min_prompt_tokens: int = 256  # decide/disaggregation.DEFAULT_MIN_PROMPT_TOKENS
     usage_stdout: bool = False  # a usage record per request as a JSON line on stdout (docs/usage-export.md)
     usage_webhooks: tuple[Any, ...] = ()  # export.WebhookSettings: signed NDJSON batches
+    event_webhooks: tuple[Any, ...] = ()  # export.WebhookSettings for service/events.py's transitions
 
 
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -173,6 +175,21 @@ class Gateway:
             sinks += [export.WebhookSink(w) for w in settings.usage_webhooks]
             self.export = export.Export(sinks, price_of=self._price_of, cost_of=self._hosted_cost,
                                         served_of=self._served_of)
+        self.events: Any = None  # service/events.Events, with --event-webhook
+        if settings.event_webhooks:
+            self.events = self._event_feed(settings)
+
+    def _event_feed(self, settings: Settings) -> Any:
+        """Event webhooks (service/events.py) over the informers' caches and the key table."""
+        gate, keyring, provider_watch = self.gatekeeper, self.keyring, self.provider_watch
+        return event_hooks.Events(
+            [event_hooks.EventSink(w) for w in settings.event_webhooks],
+            deployments=lambda: [o for i in self.infds for o in i.items()],
+            providers=(lambda: [o for i in provider_watch.providers for o in i.items()]) if provider_watch else None,
+            key_versions=(lambda: event_hooks.key_versions([o for i in keyring.apikeys for o in i.items()],
+                                                           [k.id for k in gate.table.by_hash.values()]))
+            if keyring is not None and gate is not None else None,
+            key_table=(lambda: {k.id: k for k in gate.table.by_hash.values()}) if gate is not None else None)
 
     def _served_of(self, model: str, endpoint: str | None) -> Any:
         """Who served a request to `model` (its usage record): the deployment's engine, or the provider."""
@@ -346,13 +363,13 @@ class Gateway:
         pb_grpc.add_ExternalProcessorServicer_to_server(
             extproc.ExtProc(self.dispatcher, self.gatekeeper, self.providers,
                             prefill.PrefillLegs(min_prompt_tokens=self.settings.pd_min_prompt_tokens),
-                            on_answered=self.export.answered if self.export is not None else None), server)
+                            on_answered=event_hooks.answered_hook(self.export, self.events)), server)
         if self.providers is not None:  # the provider clusters, over CDS on a stream of their own
             from envoy.service.cluster.v3 import cds_pb2_grpc
 
             cds_pb2_grpc.add_ClusterDiscoveryServiceServicer_to_server(self.providers.cds, server)
         # The observe filter's access log (the same port, the same Envoy cluster): one entry per request.
-        als_pb2_grpc.add_AccessLogServiceServicer_to_server(AccessLog(Observer(self.gatekeeper, self.export)), server)
+        als_pb2_grpc.add_AccessLogServiceServicer_to_server(AccessLog(Observer(self.gatekeeper, event_hooks.observe_hook(self.export, self.events))), server)
         # And Envoy's routes and fast-path endpoints, over ADS.
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.discovery, server)
         server.add_insecure_port(f"{self.settings.grpc_host}:{self.settings.grpc_port}")
@@ -374,6 +391,8 @@ class Gateway:
             tasks.append(asyncio.create_task(self.provider_watch.run()))
         if self.export is not None:
             tasks += self.export.tasks()
+        if self.events is not None:
+            tasks += self.events.tasks()
         if self.keyring is not None and self.gatekeeper is not None:
             self.keyring.attach(self._loop)
             tasks += [asyncio.create_task(self.gatekeeper.watch_store()),
@@ -389,6 +408,8 @@ class Gateway:
                 task.cancel()
             if self.export is not None:  # the records of the last requests, bounded
                 await self.export.drain()
+            if self.events is not None:
+                await self.events.drain()
             self.stop.set()
             await runner.cleanup()
             await metrics_runner.cleanup()
