@@ -41,6 +41,9 @@ SPECS: dict[str, dict[str, Any]] = {
         "workload": {"concurrency": 256},
     },
     "Mixtral EP/DP Latency": {"model": {"name": "mistralai/Mixtral-8x7B-Instruct-v0.1"}},
+    # A spec pinned to another engine (issue 40): its memory reading and fitted factor.
+    "DeepSeek-R1 fp8 on SGLang": {"engine": "sglang",
+                                  "model": {"name": "deepseek-ai/DeepSeek-R1", "dtype": "fp8"}},
 }
 # (share of nodes, product, GPUs, interconnect, NVLink domain, clique size or 0)
 FLEET = [
