@@ -229,3 +229,55 @@ def test_the_provider_key_is_nowhere_but_at_the_provider(front: Setup) -> None:
     }
     for where, text in places.items():
         assert PROVIDER_KEY not in text, where
+
+
+SPILLY = "spilly"
+
+
+def test_a_model_at_zero_answers_through_its_spillover_provider_at_once_then_from_its_engines(front: Setup) -> None:
+    import time  # noqa: PLC0415 - this test alone times an answer
+
+    infd = _deployment(SPILLY)
+    del infd["spec"]["replicas"]
+    infd["spec"]["autoscaling"] = {"minReplicas": 0, "maxReplicas": 1, "allowScaleToZero": True,
+                                   "slo": {"ttftP95": "500ms"}, "evaluationPeriodSeconds": 3,
+                                   "scaleToZeroAfterSeconds": 10}
+    infd["spec"]["spillover"] = {"provider": "acme", "model": HOSTED, "when": ["Waking"], "maxShare": 1}
+    front.kubectl.apply_yaml(json.dumps(infd))
+    eventually(lambda: (front.kubectl.get("infd", SPILLY).get("status") or {}).get("desiredReplicas") == 0,
+               timeout=90, what=f"{SPILLY} at zero replicas")
+    eventually(lambda: not front.kubectl.get("pods", selector=f"shardwise.io/inference-deployment={SPILLY}")["items"],
+               timeout=90, what=f"{SPILLY} has no pod")
+    seen_before = len(front.fake.seen)
+    started = time.monotonic()
+    raw = front.client().chat.completions.with_raw_response.create(
+        model=SPILLY, messages=[{"role": "user", "content": "wake up"}], max_tokens=2)
+    seconds = time.monotonic() - started
+    ns = front.kubectl.namespace
+    assert raw.headers.get("x-shardwise-served-by") == f"provider/{ns}/acme"
+    assert raw.parse().choices  # the provider's answer
+    assert seconds < 1.0, seconds
+    print(f"\nspilled answer from zero after {seconds:.3f} s")
+    reached = front.fake.seen[seen_before:]
+    assert reached and reached[0]["model"] == UPSTREAM_ID and reached[0]["authorization"] == f"Bearer {PROVIDER_KEY}"
+    # a stream spills whole too, and says where it came from before its first byte
+    with front.client().chat.completions.with_streaming_response.create(
+            model=SPILLY, messages=[{"role": "user", "content": "s"}], max_tokens=3, stream=True) as streamed:
+        served = streamed.headers.get("x-shardwise-served-by")
+        assert sum(1 for _ in streamed.iter_lines()) > 0
+    # the wake signal was written although nothing was held: the engines come, and answer from then on
+    eventually(lambda: "shardwise.io/wake-requested" in (front.kubectl.get("infd", SPILLY)["metadata"].get(
+        "annotations") or {}), timeout=20, what="the wake annotation")
+
+    def self_hosted() -> Any:
+        answer = front.client().chat.completions.with_raw_response.create(
+            model=SPILLY, messages=[{"role": "user", "content": "again"}], max_tokens=2)
+        return answer.headers.get("x-shardwise-served-by") == "self-hosted" and answer
+    answer = eventually(self_hosted, timeout=180, what="answered by its own engine once Ready")
+    assert answer.headers.get("x-gateway-destination-endpoint-served", "").endswith(":8000")
+    assert served in (f"provider/{ns}/acme", "self-hosted")  # the replica may be Ready by the stream
+    spilled = [line for line in httpx.get(front.door.metrics_url).text.splitlines()
+               if line.startswith(f'shardwise_gateway_spilled_requests_total{{model="{SPILLY}",provider="{ns}/acme"}}')]
+    assert spilled and float(spilled[0].rsplit(" ", 1)[1]) >= 1
+    # a JSON answer of the hosted model also names its path
+    assert _chat(front, HOSTED).headers.get("x-shardwise-served-by") == f"provider/{ns}/acme"
