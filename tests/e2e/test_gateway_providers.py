@@ -281,3 +281,18 @@ def test_a_model_at_zero_answers_through_its_spillover_provider_at_once_then_fro
     assert spilled and float(spilled[0].rsplit(" ", 1)[1]) >= 1
     # a JSON answer of the hosted model also names its path
     assert _chat(front, HOSTED).headers.get("x-shardwise-served-by") == f"provider/{ns}/acme"
+
+
+def test_a_spillover_naming_nothing_sensible_is_refused_at_admission_with_a_sentence(front: Setup) -> None:
+    own = _deployment("selfish")
+    own["spec"]["spillover"] = {"provider": "acme", "model": "selfish"}  # its own served name
+    refused = front.kubectl.run("apply", "-f", "-", check=False, input=json.dumps(own))
+    assert refused.returncode != 0 and "must name a model the Provider offers" in refused.stderr
+    for bad, words in (({"provider": "Not A Name", "model": HOSTED}, "spillover.provider"),
+                       ({"provider": "acme", "model": HOSTED, "when": ["Overloaded"]}, "spillover.when"),
+                       ({"provider": "acme", "model": HOSTED, "maxShare": 0}, "spillover.maxShare"),
+                       ({"model": HOSTED}, "spillover.provider")):
+        infd = _deployment("nonsense")
+        infd["spec"]["spillover"] = bad
+        refused = front.kubectl.run("apply", "-f", "-", check=False, input=json.dumps(infd))
+        assert refused.returncode != 0 and words in refused.stderr, (bad, refused.stderr)

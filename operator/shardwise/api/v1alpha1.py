@@ -821,6 +821,10 @@ _ENGINE_RULES = [
 ]
 
 
+SPILLOVER_SELF_MESSAGE = ("spec.spillover.model is this deployment's own served name: it must name a model the "
+                          "Provider offers (one of its spec.models[].name), which is what answers while this one wakes")
+
+
 class SpilloverSpec(_Model):
     """Where a request goes instead of waiting, while this deployment cannot answer it (docs/providers.md)."""
 
@@ -829,7 +833,9 @@ class SpilloverSpec(_Model):
     model: str = Field(..., min_length=1, max_length=253,
                        description="The Provider's model to answer with: a `name` under the Provider's "
                        "spec.models (what callers would send for it), not this deployment's served name.")
+    # items as an enum: a one-value Literal alone is JSON Schema `const`, which the API server does not enforce
     when: list[Literal["Waking"]] = Field(["Waking"], min_length=1, max_length=1,
+                                          json_schema_extra={"items": {"type": "string", "enum": ["Waking"]}},
                                           description="When to spill: Waking (no replica Ready while it "
                                           "scales from zero or starts; the request is answered at once "
                                           "instead of held).")
@@ -940,6 +946,9 @@ class InferenceDeploymentSpec(_Model):
         "optionalOldSelf": True,
         "message": "spec.replicas and spec.autoscaling cannot both be set: with autoscaling, shardwise owns the "
                    "replica count (between autoscaling.minReplicas and maxReplicas); remove spec.replicas",
+    }, {
+        "rule": "!has(self.spillover) || !has(self.model.servedName) || self.spillover.model != self.model.servedName",
+        "message": SPILLOVER_SELF_MESSAGE, "fieldPath": ".spillover.model",
     }, {
         "rule": "!(has(self.disaggregation) && self.disaggregation.mode == 'Disaggregated') || !has(self.autoscaling)",
         "message": DISAGGREGATION_AUTOSCALING_MESSAGE, "fieldPath": ".disaggregation",
