@@ -30,6 +30,13 @@ REFUSED = [
                                         lora={}), v1alpha1.DISAGGREGATION_ADAPTERS_MESSAGE),
     ("kv flag in extraArgs", with_spec(disaggregation=ON, serving__extraArgs=["--kv-transfer-config={}"]),
      v1alpha1.DISAGGREGATION_EXTRA_ARGS_MESSAGE),
+    ("prefill autoscaling without its TTFT", with_spec(disaggregation={**ON, "prefill": {
+        "autoscaling": {"maxReplicas": 2}}}), v1alpha1.DISAGGREGATION_PREFILL_SLO_MESSAGE),
+    ("decode autoscaling without its ITL", with_spec(disaggregation={**ON, "decode": {
+        "slo": {}, "autoscaling": {"maxReplicas": 2}}}), v1alpha1.DISAGGREGATION_DECODE_SLO_MESSAGE),
+    ("zero for one role only", with_spec(disaggregation={**ON, "prefill": {"slo": {"ttftP95": "2s"}, "autoscaling": {
+        "minReplicas": 1, "maxReplicas": 2}}, "decode": {"slo": {"itlP95": "30ms"}, "autoscaling": {
+            "minReplicas": 0, "allowScaleToZero": True, "maxReplicas": 2}}}), v1alpha1.DISAGGREGATION_PAIR_ZERO_MESSAGE),
 ]
 
 
@@ -47,3 +54,13 @@ def test_a_runnable_pair_is_accepted_with_its_defaults(kubectl: Kubectl) -> None
     stored = json.loads(got.stdout)["spec"]["disaggregation"]
     assert stored["decode"]["replicas"] == 1 and stored["prefill"]["replicas"] == 2
     assert stored["sharedStorage"]["path"] == "/var/run/shardwise/kv"
+
+
+def test_a_pair_scaled_per_role_to_zero_is_accepted(kubectl: Kubectl) -> None:
+    zero = {"minReplicas": 0, "allowScaleToZero": True, "maxReplicas": 3}
+    doc = with_spec(disaggregation={**ON, "prefill": {"slo": {"ttftP95": "2s"}, "autoscaling": zero},
+                                    "decode": {"slo": {"itlP95": "30ms"}, "autoscaling": zero}})
+    kubectl.run("create", "-f", "-", input=yaml.safe_dump(doc))
+    got = json.loads(kubectl.run("get", "infd", doc["metadata"]["name"], "-o", "json").stdout)
+    decode = got["spec"]["disaggregation"]["decode"]["autoscaling"]
+    assert decode["minReplicas"] == 0 and decode["scaleDownStabilizationSeconds"] == 300  # the shared defaults
