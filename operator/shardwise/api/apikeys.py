@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shardwise.api import v1alpha1
+from shardwise.api.columns import column
 
 GROUP = v1alpha1.GROUP
 VERSION = v1alpha1.VERSION
@@ -82,21 +83,15 @@ class APIKeyStatus(_Model):
 
 
 def printer_columns() -> list[dict[str, Any]]:
-    def col(name: str, type_: str, path: str, priority: int = 0) -> dict[str, Any]:
-        c: dict[str, Any] = {"name": name, "type": type_, "jsonPath": path}
-        if priority:
-            c["priority"] = priority
-        return c
-
     return [
-        col("Ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
-        col("Models", "string", ".spec.models", priority=1),
-        col("RPM", "integer", ".spec.requestsPerMinute"),
-        col("TPM", "integer", ".spec.tokensPerMinute"),
-        col("Requests", "integer", ".status.requests"),
-        col("Tokens", "integer", ".status.totalTokens"),
-        col("Cost-USD", "number", ".status.costUSD"),
-        col("Budget", "string", '.status.conditions[?(@.type=="Budget")].reason', priority=1),
-        col("Shared", "string", '.status.conditions[?(@.type=="QuotaShared")].status', priority=1),
-        col("Age", "date", ".metadata.creationTimestamp"),
+        column("Ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
+        column("Models", "string", ".spec.models", priority=1),
+        column("RPM", "integer", ".spec.requestsPerMinute"),
+        column("TPM", "integer", ".spec.tokensPerMinute"),
+        column("Requests", "integer", ".status.requests"),
+        column("Tokens", "integer", ".status.totalTokens"),
+        column("Cost-USD", "number", ".status.costUSD"),
+        column("Budget", "string", '.status.conditions[?(@.type=="Budget")].reason', priority=1),
+        column("Shared", "string", '.status.conditions[?(@.type=="QuotaShared")].status', priority=1),
+        column("Age", "date", ".metadata.creationTimestamp"),
     ]

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from shardwise.api import apikeys, names
+from shardwise.api.columns import column
 from shardwise.api import v1alpha1 as api
 
 _DROP = {"title"}
@@ -62,10 +63,7 @@ def _printer_columns() -> list[dict[str, Any]]:
     the demo fleet (tests/unit/api/test_printer_columns.py); the rest at priority 1 (`-o wide`)."""
 
     def col(name: str, type_: str, path: str, description: str, priority: int = 0) -> dict[str, Any]:
-        c = {"name": name, "type": type_, "jsonPath": path, "description": description}
-        if priority:
-            c["priority"] = priority
-        return c
+        return column(name, type_, path, description=description, priority=priority)
 
     return [
         col("Model", "string", ".spec.model.name", "The model served."),

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shardwise.api import v1alpha1
+from shardwise.api.columns import column
 
 GROUP = v1alpha1.GROUP
 VERSION = v1alpha1.VERSION
@@ -144,17 +145,11 @@ class ProviderStatus(_Model):
 
 
 def printer_columns() -> list[dict[str, Any]]:
-    def col(name: str, type_: str, path: str, priority: int = 0) -> dict[str, Any]:
-        c: dict[str, Any] = {"name": name, "type": type_, "jsonPath": path}
-        if priority:
-            c["priority"] = priority
-        return c
-
     return [
-        col("URL", "string", ".spec.baseURL"),
-        col("Reachable", "string", '.status.conditions[?(@.type=="Reachable")].status'),
-        col("Reason", "string", '.status.conditions[?(@.type=="Reachable")].reason'),
-        col("Models", "string", ".spec.models[*].name", priority=1),
-        col("Currency", "string", ".spec.currency", priority=1),
-        col("Age", "date", ".metadata.creationTimestamp"),
+        column("URL", "string", ".spec.baseURL"),
+        column("Reachable", "string", '.status.conditions[?(@.type=="Reachable")].status'),
+        column("Reason", "string", '.status.conditions[?(@.type=="Reachable")].reason'),
+        column("Models", "string", ".spec.models[*].name", priority=1),
+        column("Currency", "string", ".spec.currency", priority=1),
+        column("Age", "date", ".metadata.creationTimestamp"),
     ]
