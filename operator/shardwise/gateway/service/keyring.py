@@ -23,6 +23,7 @@ from typing import Any
 
 from shardwise.api import apikeys
 from shardwise.gateway.decide import keys, keystatus, quota
+from shardwise.gateway.service.coalesce import CoalescedRebuild
 from shardwise.gateway.service.gatekeeper import Gatekeeper
 from shardwise.kube.client import ApiException, Kube, register_kind
 from shardwise.kube.informer import Informer
@@ -41,12 +42,10 @@ def slim_apikey(obj: dict[str, Any]) -> dict[str, Any]:
             "spec": obj.get("spec") or {}, "status": obj.get("status") or {}}
 
 
-class Keyring:
+class Keyring(CoalescedRebuild):
     def __init__(self, kube: Kube, gatekeeper: Gatekeeper, namespaces: tuple[str, ...], *,
                  on_contact: Callable[[bool], None] | None = None) -> None:
         self.kube, self.gatekeeper = kube, gatekeeper
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending = False
         self.informers: list[Informer] = []
         self.apikeys: list[Informer] = []
         self.secrets: list[Informer] = []
@@ -70,17 +69,7 @@ class Keyring:
             threading.Thread(target=self.elector.run, args=(stop,), name="keys-lease", daemon=True)]
 
     # -- informers -> table -----------------------------------------------------------------
-    def _changed(self, old: Any, new: Any) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._schedule)
-
-    def _schedule(self) -> None:
-        if not self._pending:
-            self._pending = True
-            asyncio.get_running_loop().call_soon(self.rebuild)
-
     def rebuild(self) -> None:
-        self._pending = False
         table = keys.build_table([o for i in self.apikeys for o in i.items()],
                                  [o for i in self.secrets for o in i.items()])
         if dict(table.problems) != dict(self.gatekeeper.table.problems):
@@ -90,9 +79,6 @@ class Keyring:
             for ident, warning in sorted(table.warnings.items()):
                 log.warning("API key %s: %s", ident, warning)
         self.gatekeeper.set_table(table)
-
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
 
     # -- the status writer ------------------------------------------------------------------
     async def write_statuses(self) -> None:

@@ -31,6 +31,7 @@ from shardwise.gateway import metrics
 from shardwise.gateway.dataplane import extproc_messages as messages
 from shardwise.gateway.dataplane import providers as dataplane
 from shardwise.gateway.decide import providers, requests
+from shardwise.gateway.service.coalesce import CoalescedRebuild
 from shardwise.kube.client import ApiException, Kube, register_kind
 from shardwise.kube.informer import Informer
 from shardwise.kube.quietlog import QuietLog
@@ -120,7 +121,7 @@ async def probe(upstream: providers.Upstream, system_ca_file: str, timeout_s: fl
     return None
 
 
-class Watch:
+class Watch(CoalescedRebuild):
     """The informers, the rebuild and the condition writer; `self_hosted` names what deployments serve
     (None until they are listed: no catalogue before then)."""
 
@@ -129,8 +130,6 @@ class Watch:
                  probe_interval_s: float = 30.0, on_contact: Callable[[bool], None] | None = None) -> None:
         self.kube, self.book, self.self_hosted = kube, book, self_hosted
         self.system_ca_file, self.probe_interval_s = system_ca_file, probe_interval_s
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending = False
         self.providers: list[Informer] = []
         self.secrets: list[Informer] = []
         prefix = f"/apis/{api.GROUP}/{api.VERSION}"
@@ -148,24 +147,11 @@ class Watch:
     def threads(self, stop: threading.Event) -> list[threading.Thread]:
         return [threading.Thread(target=i.run, args=(stop,), name=i.name, daemon=True) for i in self.informers]
 
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-
     def changed(self) -> None:
         """Deployments changed (a name may have become self-hosted): rebuild too. Any thread."""
         self._changed(None, None)
 
-    def _changed(self, old: Any, new: Any) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._schedule)
-
-    def _schedule(self) -> None:
-        if not self._pending:
-            self._pending = True
-            asyncio.get_running_loop().call_soon(self.rebuild)
-
     def rebuild(self) -> None:
-        self._pending = False
         self_hosted = self.self_hosted()
         if self_hosted is None:  # the deployments not listed yet: a name they serve must never go to a provider
             return
