@@ -14,7 +14,7 @@ import pytest
 import yaml
 from shardwise.api.v1alpha1 import InferenceDeploymentSpec
 from shardwise.kube.compare import contains
-from shardwise.render import children, leaderworkerset
+from shardwise.render import children, leaderworkerset, modelcache
 
 from tests.e2e.support import Kubectl, OperatorProcess, eventually
 
@@ -62,7 +62,9 @@ def test_405b_becomes_one_leaderworkerset_group_behind_a_leader_service(
     # the next reconcile finds no drift and applies nothing.
     spec = InferenceDeploymentSpec.model_validate(infd["spec"])
     owner_ = children.Owner(name=NAME, namespace=kubectl.namespace, uid=infd["metadata"]["uid"])
-    rendered = children.render(owner_, spec, plan, 1)[0]
+    # As the operator renders it with no model cache: the startup probe allows the weights' download.
+    expected_start_s = modelcache.expected_start_seconds(modelcache.weight_bytes(plan), cached=False)
+    rendered = children.render(owner_, spec, plan, 1, expected_start_s=expected_start_s)[0]
     assert contains(lws, rendered)
 
     service = kubectl.get("service", NAME)
